@@ -1,0 +1,1 @@
+"""Data pipeline definitions (installed as lingvo_gshard.data)."""

@@ -1,0 +1,1 @@
+"""Registered experiments (installed as lingvo_gshard.params)."""

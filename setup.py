@@ -1,0 +1,55 @@
+"""Installs lingvo_gshard.
+
+The repository keeps `params/`, `data/` and `tools/` at the top level (the layout the project was asked for),
+but installs them as `lingvo_gshard.params`, `lingvo_gshard.data` and `lingvo_gshard.tools`, so that no
+generic top-level name such as `params` lands in site-packages.
+"""
+import os
+
+import setuptools
+
+# Top-level source folder -> installed package name.
+_MAPPED = {
+    'lingvo_gshard': 'lingvo_gshard',
+    'params': 'lingvo_gshard.params',
+    'data': 'lingvo_gshard.data',
+    'tools': 'lingvo_gshard.tools',
+}
+
+
+def _packages():
+  """Every package under the mapped folders, with the folder each one comes from."""
+  packages, package_dir = [], {}
+  for folder, name in _MAPPED.items():
+    package_dir[name] = folder
+    for sub in setuptools.find_packages(where=folder):
+      packages.append(f'{name}.{sub}')
+      package_dir[f'{name}.{sub}'] = os.path.join(folder, *sub.split('.'))
+    packages.append(name)
+  return packages, package_dir
+
+
+_PACKAGES, _PACKAGE_DIR = _packages()
+
+setuptools.setup(
+    name='lingvo_gshard',
+    version='0.1.0',
+    description=('GShard: sparsely-gated Mixture-of-Experts Transformers for massively multilingual '
+                 'translation, written on logical tensors and partitioned by sharding annotations.'),
+    python_requires='>=3.10',
+    packages=_PACKAGES,
+    package_dir=_PACKAGE_DIR,
+    install_requires=[
+        'tensorflow>=2.21,<2.22',
+        'tensorflow-text>=2.21,<2.22',
+        'tensorflow-datasets>=4.9,<5',
+        'sacrebleu>=2.4,<3',
+        'absl-py>=2.1,<3',
+        'sentencepiece>=0.2,<0.3',
+        'numpy>=1.26,<3',
+    ],
+    extras_require={
+        'test': ['pytest>=8,<10'],
+        'plots': ['matplotlib>=3.8,<4'],
+    },
+)

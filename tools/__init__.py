@@ -1,0 +1,1 @@
+"""Command-line tools (installed as lingvo_gshard.tools)."""
