@@ -1,0 +1,30 @@
+"""Test setup shared by every test file.
+
+Eight virtual CPU devices back the mesh tests (DTensor meshes 8, 2x4, 4x2). They must be configured before
+TensorFlow runs any op, so it happens here, at collection time, before a test module is imported. Single-device
+code keeps running on CPU:0 as usual.
+"""
+import os
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+NUM_VIRTUAL_DEVICES = 8
+
+
+def _configure_virtual_devices():
+  cpus = tf.config.list_physical_devices('CPU')
+  try:
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_DEVICES)
+  except RuntimeError:
+    # Already initialised by an earlier import in this process; the check below says whether that is enough.
+    pass
+  n = len(tf.config.list_logical_devices('CPU'))
+  if n < NUM_VIRTUAL_DEVICES:
+    raise RuntimeError(f'tests need {NUM_VIRTUAL_DEVICES} virtual CPU devices, found {n}: TensorFlow ran an '
+                       'op before tests/conftest.py configured them')
+
+
+_configure_virtual_devices()
