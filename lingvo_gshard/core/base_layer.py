@@ -1,0 +1,217 @@
+"""Base layer: params, declared weights with logical axes, children, and variables made by a Partitioner.
+
+A layer *declares* its weights in `__init__` (`CreateWeight(name, WeightSpec(shape, logical_axes, init))`)
+without allocating them, so the paper's 600B models can be built and analysed (parameter counts, per-device
+bytes) on a laptop. `InstantiateVariables(partitioner)` allocates them - plain variables, or DVariables laid
+out by the experiment's sharding rules - from stateless, name-derived seeds, so the same experiment starts
+from the same weights on 1 device and on 8. Model code reads a weight with `self.w.<name>`, which annotates
+it with its logical axes under the current partitioner.
+"""
+import dataclasses
+import hashlib
+import math
+from typing import Dict, Iterator, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from lingvo_gshard.core import hyperparams
+from lingvo_gshard.core import sharding
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightInit:
+  """How a weight is initialised. `method`: 'gaussian' (stddev=scale), 'uniform' ([-scale, scale]),
+  'xavier' (uniform with limit scale*sqrt(6/(fan_in+fan_out)) over the last two dims), 'fan_in' (gaussian with
+  stddev scale/sqrt(fan_in), fan_in = product of all dims but the last), 'constant' (value scale)."""
+  method: str = 'xavier'
+  scale: float = 1.0
+
+  @classmethod
+  def Gaussian(cls, scale=1.0):
+    return cls('gaussian', scale)
+
+  @classmethod
+  def Uniform(cls, scale=1.0):
+    return cls('uniform', scale)
+
+  @classmethod
+  def Xavier(cls, scale=1.0):
+    return cls('xavier', scale)
+
+  @classmethod
+  def FanIn(cls, scale=1.0):
+    return cls('fan_in', scale)
+
+  @classmethod
+  def Constant(cls, value=0.0):
+    return cls('constant', value)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightSpec:
+  """A declared weight. `logical_axes` names each dimension (e.g. ('expert', 'model', 'hidden'))."""
+  shape: Tuple[int, ...]
+  logical_axes: Tuple[Optional[str], ...]
+  init: WeightInit = WeightInit()
+  dtype: tf.dtypes.DType = tf.float32
+  trainable: bool = True
+
+  def __post_init__(self):
+    if len(self.shape) != len(self.logical_axes):
+      raise ValueError(f'weight shape {self.shape} and logical axes {self.logical_axes} differ in rank')
+
+  @property
+  def size(self) -> int:
+    return math.prod(self.shape)
+
+
+def _Seed(path: str, global_seed: int) -> Tuple[int, int]:
+  digest = hashlib.sha256(f'{global_seed}/{path}'.encode()).digest()
+  return (int.from_bytes(digest[:4], 'little') >> 1, int.from_bytes(digest[4:8], 'little') >> 1)
+
+
+def InitialValue(spec: WeightSpec, path: str, global_seed: int = 1234) -> tf.Tensor:
+  """The full initial value of a weight: a pure function of (spec, path, seed)."""
+  shape, init = list(spec.shape), spec.init
+  seed = _Seed(path, global_seed)
+  if init.method == 'constant':
+    return tf.fill(shape, tf.constant(init.scale, spec.dtype))
+  if init.method == 'gaussian':
+    value = tf.random.stateless_normal(shape, seed) * init.scale
+  elif init.method == 'uniform':
+    value = tf.random.stateless_uniform(shape, seed, -init.scale, init.scale)
+  elif init.method == 'xavier':
+    fan_in, fan_out = (shape[-2], shape[-1]) if len(shape) >= 2 else (shape[0], shape[0])
+    limit = init.scale * math.sqrt(6.0 / (fan_in + fan_out))
+    value = tf.random.stateless_uniform(shape, seed, -limit, limit)
+  elif init.method == 'fan_in':
+    fan_in = math.prod(shape[:-1]) if len(shape) > 1 else shape[0]
+    value = tf.random.stateless_normal(shape, seed) * (init.scale / math.sqrt(fan_in))
+  else:
+    raise ValueError(f'{path}: unknown init method {init.method!r}')
+  return tf.cast(value, spec.dtype)
+
+
+class _WeightReader:
+  """`layer.w.name` -> the variable annotated with its logical axes under the current partitioner."""
+
+  def __init__(self, layer: 'BaseLayer'):
+    self._layer = layer
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    layer = self._layer
+    if name not in layer._weight_specs:
+      raise AttributeError(f'{layer.path}: no weight {name!r}; weights: {sorted(layer._weight_specs)}')
+    if name not in layer._vars:
+      raise RuntimeError(f'{layer.path}.{name}: call InstantiateVariables() before FProp')
+    var = layer._vars[name]
+    return sharding.shard(tf.convert_to_tensor(var), layer._weight_specs[name].logical_axes)
+
+
+class BaseLayer(tf.Module):
+  """Base class: `Params()` declares the knobs, `__init__` declares weights and children."""
+
+  @classmethod
+  def Params(cls) -> hyperparams.InstantiableParams:
+    p = hyperparams.InstantiableParams(cls)
+    p.Define('name', cls.__name__.lower(), 'Layer name; the path of a weight is its layers\' names joined.')
+    p.Define('dtype', tf.float32, 'Weight dtype.')
+    p.Define('fprop_dtype', None, 'Activation dtype (e.g. tf.bfloat16); None means `dtype`.')
+    return p
+
+  def __init__(self, params: hyperparams.InstantiableParams):
+    super().__init__(name=params.name)
+    self.p = params.Copy().Freeze()
+    self._weight_specs: Dict[str, WeightSpec] = {}
+    self._vars: Dict[str, tf.Variable] = {}
+    self._children: Dict[str, 'BaseLayer'] = {}
+    self._parent_path = ''
+    self.w = _WeightReader(self)
+
+  @property
+  def path(self) -> str:
+    return f'{self._parent_path}{self.p.name}'
+
+  @property
+  def fprop_dtype(self):
+    return self.p.fprop_dtype or self.p.dtype
+
+  def CreateWeight(self, name: str, spec: WeightSpec) -> None:
+    if name in self._weight_specs or name in self._children:
+      raise ValueError(f'{self.path}: {name!r} is already defined')
+    self._weight_specs[name] = spec
+
+  def CreateChild(self, name: str, params: hyperparams.InstantiableParams) -> 'BaseLayer':
+    if name in self._weight_specs or name in self._children:
+      raise ValueError(f'{self.path}: {name!r} is already defined')
+    params = params.Copy().Set(name=name)
+    child = params.Instantiate()
+    child._SetParentPath(f'{self.path}.')
+    self._children[name] = child
+    setattr(self, name, child)
+    return child
+
+  def CreateChildren(self, name: str, params_list: Sequence[hyperparams.InstantiableParams]):
+    children = [self.CreateChild(f'{name}_{i}', p) for i, p in enumerate(params_list)]
+    object.__setattr__(self, name, children)  # tf.Module tracks lists
+    return children
+
+  def _SetParentPath(self, parent_path: str):
+    self._parent_path = parent_path
+    for child in self._children.values():
+      child._SetParentPath(f'{self.path}.')
+
+  def IterWeightSpecs(self) -> Iterator[Tuple[str, WeightSpec]]:
+    """(path, spec) of every declared weight in this layer and below, without allocating anything."""
+    for name, spec in self._weight_specs.items():
+      yield f'{self.path}.{name}', spec
+    for child in self._children.values():
+      yield from child.IterWeightSpecs()
+
+  def NumParams(self) -> int:
+    return sum(spec.size for _, spec in self.IterWeightSpecs())
+
+  def InstantiateVariables(self, partitioner: Optional[sharding.Partitioner] = None, seed: int = 1234):
+    """Allocates every declared weight under `partitioner` (default: the current one)."""
+    partitioner = partitioner or sharding.current()
+    for name, spec in self._weight_specs.items():
+      if name in self._vars:
+        continue
+      path = f'{self.path}.{name}'
+      self._vars[name] = partitioner.CreateVariable(
+          path, lambda spec=spec, path=path: InitialValue(spec, path, seed), spec.logical_axes,
+          trainable=spec.trainable)
+    for child in self._children.values():
+      child.InstantiateVariables(partitioner, seed)
+    return self
+
+  def IterVariables(self) -> Iterator[Tuple[str, tf.Variable]]:
+    for name, var in self._vars.items():
+      yield f'{self.path}.{name}', var
+    for child in self._children.values():
+      yield from child.IterVariables()
+
+  def VariablesSummary(self, partitioner: Optional[sharding.Partitioner] = None) -> str:
+    """One line per weight: path, shape, dtype, logical axes, mesh axes, per-device shape (Praxis's
+    post_init_model_params.txt)."""
+    partitioner = partitioner or sharding.current()
+    lines = []
+    for path, spec in self.IterWeightSpecs():
+      mesh_axes = partitioner.MeshAxes(spec.logical_axes, spec.shape, what=path)
+      local = partitioner.ShardShape(spec.shape, spec.logical_axes)
+      lines.append(f'{path:<60} {str(list(spec.shape)):<20} {spec.dtype.name:<8} '
+                   f'logical={tuple(spec.logical_axes)} mesh={mesh_axes} per_device={list(local)}')
+    return '\n'.join(lines)
+
+  def FProp(self, *args, **kwargs):
+    raise NotImplementedError(f'{type(self).__name__}.FProp')
+
+  def __call__(self, *args, **kwargs):
+    return self.FProp(*args, **kwargs)
+
+
+def CountParams(specs) -> int:
+  return int(np.sum([s.size for _, s in specs], dtype=np.int64)) if specs else 0
