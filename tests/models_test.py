@@ -1,0 +1,33 @@
+"""One test per registered experiment (Lingvo's models_test habit): every experiment builds.
+
+Building declares the model's weights without allocating them (so the paper's 600B models are checked too),
+prints its params, and resolves every weight's layout on the experiment's default mesh.
+"""
+import pytest
+
+from lingvo_gshard.core import hyperparams
+from lingvo_gshard.core import registry
+
+_KEYS = registry.LoadAll().Keys()
+
+
+@pytest.mark.parametrize('name', _KEYS)
+def test_experiment_builds(name):
+  exp = registry.Get(name)
+  task = exp.Task()
+  text = task.ToText()
+  assert text.count('\n') >= 3
+  again = task.Copy().FromText(text)
+  assert again.ToText() == text
+  model = task.Instantiate()
+  specs = list(model.IterWeightSpecs())
+  assert specs and model.NumParams() > 0
+  partitioner = exp.Partitioner('xla', exp.DEFAULT_MESH)
+  for path, spec in specs:
+    partitioner.MeshAxes(spec.logical_axes, spec.shape, what=path)
+  assert isinstance(exp.Train(), hyperparams.Params)
+  assert exp.Summary()
+
+
+def test_every_experiment_module_is_listed():
+  assert len(_KEYS) == len(set(_KEYS))

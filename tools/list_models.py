@@ -1,0 +1,38 @@
+r"""Prints every registered experiment with a one-line summary.
+
+  python -m lingvo_gshard.tools.list_models [--filter=MoE] [--params=M4TinyMoE]
+
+With --params, prints that experiment's full task params as `a.b.c : value` text instead.
+"""
+from absl import app
+from absl import flags
+
+from lingvo_gshard.core import registry
+
+_FILTER = flags.DEFINE_string('filter', '', 'Only list experiments whose name contains this text.')
+_PARAMS = flags.DEFINE_string('params', '', 'Print the task params of this experiment instead.')
+
+
+def ListModels(name_filter: str = '') -> str:
+  reg = registry.LoadAll()
+  rows = [(key, reg.GetClass(key).Summary()) for key in reg.Keys() if name_filter.lower() in key.lower()]
+  width = max((len(k) for k, _ in rows), default=0)
+  return '\n'.join(f'{k:<{width}}  {s}' for k, s in rows)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _PARAMS.value:
+    registry.LoadAll()
+    try:
+      exp = registry.Get(_PARAMS.value)
+    except registry.RegistryError as e:
+      raise app.UsageError(str(e))
+    print(exp.Task().ToText(), end='')
+    return
+  print(ListModels(_FILTER.value))
+
+
+if __name__ == '__main__':
+  app.run(main)
