@@ -29,5 +29,11 @@ def test_experiment_builds(name):
   assert exp.Summary()
 
 
-def test_every_experiment_module_is_listed():
-  assert len(_KEYS) == len(set(_KEYS))
+def test_every_registering_module_is_listed():
+  """A params module that registers experiments but is missing from EXPERIMENT_MODULES would be invisible."""
+  import os
+  import lingvo_gshard.params as params_pkg
+  folder = os.path.dirname(params_pkg.__file__)
+  registering = sorted(f[:-3] for f in os.listdir(folder)
+                       if f.endswith('.py') and 'registry.Register' in open(os.path.join(folder, f)).read())
+  assert sorted(params_pkg.EXPERIMENT_MODULES) == registering
