@@ -1,0 +1,174 @@
+"""Builds the `gettext_m4` dataset into a data directory, atomically, and writes its manifest.
+
+Layout of a data directory after a build:
+
+    DATA_DIR/gettext_m4/1.0.0/...   the TFDS dataset (tfds.load('gettext_m4', data_dir=DATA_DIR))
+    DATA_DIR/manifest.json          per-language sizes, offsets and buckets; inputs and checksums; skip
+                                    counts; build time. Written last: a data dir without it is not a build.
+
+Atomicity: everything is written into `DATA_DIR/.gettext_m4.staging-*` and moved into place by renames
+at the end, the old manifest removed first and the new one renamed in last. A build killed at any point
+leaves either the previous complete dataset or no dataset under `gettext_m4/` (TFDS itself writes into an
+`incomplete.*` directory that it renames only when done), never a partial one that loads silently; a
+rerun removes stale staging directories and builds again. A lock file keeps two builds out of one data dir.
+
+Idempotence: the manifest holds a fingerprint of the inputs (every catalog's checksum), the corpus
+settings and the pipeline version; a rerun with the same fingerprint leaves the data dir untouched.
+"""
+import dataclasses
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+
+from lingvo_gshard.data import corpus as corpus_lib
+from lingvo_gshard.data import report as report_lib
+
+MANIFEST = 'manifest.json'
+# Bump when cleaning, splitting or the example format changes, so that old builds are rebuilt.
+PIPELINE_VERSION = 1
+_STAGING_PREFIX = '.gettext_m4.staging-'
+_LOCK = '.gettext_m4.lock'
+
+
+def _Fingerprint(config, report):
+  blob = json.dumps({'pipeline': PIPELINE_VERSION, 'config': dataclasses.asdict(config),
+                     'inputs': sorted((s.origin, s.tag, s.sha256, s.pairs) for s in report.sources)},
+                    sort_keys=True)
+  return hashlib.sha256(blob.encode('utf-8')).hexdigest()
+
+
+def ReadManifest(data_dir):
+  """The manifest of a finished build in data_dir, or None if there is none (or it is unreadable)."""
+  try:
+    with open(os.path.join(data_dir, MANIFEST), encoding='utf-8') as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def _Manifest(corpus, report, fingerprint, seconds, source_names):
+  from lingvo_gshard.data import gettext_m4  # pylint: disable=g-import-not-at-top
+  langs, offsets = {}, {name: 0 for name in corpus_lib.SPLITS}
+  for tag, lang in corpus.languages.items():
+    counts = lang.Counts()
+    entry = dict(counts, bucket=lang.bucket, inputs=len(lang.origins), offsets={})
+    for name in corpus_lib.SPLITS:
+      entry['offsets'][name] = [offsets[name], offsets[name] + counts[name]]
+      offsets[name] += counts[name]
+    langs[tag] = entry
+  return {
+      'name': gettext_m4.NAME,
+      'version': gettext_m4.DATASET_VERSION,
+      'pipeline_version': PIPELINE_VERSION,
+      'fingerprint': fingerprint,
+      'built_at': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+      'build_seconds': round(seconds, 1),
+      'source_kinds': source_names,
+      'config': dataclasses.asdict(corpus.config),
+      'bucket_rule': 'tercile of training size: largest third high, next third medium, rest low',
+      'totals': dict(offsets),
+      'languages': langs,
+      'left_out_languages': dict(sorted(corpus.left_out.items(), key=lambda kv: (-kv[1], kv[0]))),
+      **report.ToJson(),
+  }
+
+
+def _Progress(units, log, every=250):
+  start, count, pairs = time.time(), 0, 0
+  for unit in units:
+    count += 1
+    pairs += len(unit.pairs)
+    if count % every == 0:
+      log(f'  read {count} inputs, {pairs} clean pairs ({time.time() - start:.0f}s)')
+    yield unit
+  log(f'  read {count} inputs, {pairs} clean pairs ({time.time() - start:.0f}s)')
+
+
+def _Commit(staging, data_dir, name):
+  """Moves a finished staging build into data_dir (see the module docstring for the order)."""
+  manifest = os.path.join(data_dir, MANIFEST)
+  if os.path.exists(manifest):
+    os.remove(manifest)
+  target = os.path.join(data_dir, name)
+  if os.path.exists(target):
+    os.rename(target, os.path.join(staging, 'previous'))
+  os.rename(os.path.join(staging, name), target)
+  os.rename(os.path.join(staging, MANIFEST), manifest)
+
+
+def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=print):
+  """Builds gettext_m4 from sources into data_dir unless an identical build is already there.
+
+  Args:
+    data_dir: the TFDS data directory (created if missing; other datasets in it are left alone).
+    sources: objects with a `Units(report)` generator (see sources.py).
+    config: corpus.CorpusConfig.
+    force: rebuild even if the fingerprint matches.
+    log: callable taking one progress line.
+
+  Returns:
+    (manifest dict, built) where built is False if the existing build was up to date.
+
+  Raises:
+    report.DataError: bad input that makes the build impossible (message names it), or a concurrent build.
+  """
+  from lingvo_gshard.data import gettext_m4  # pylint: disable=g-import-not-at-top
+  start = time.time()
+  try:
+    os.makedirs(data_dir, exist_ok=True)
+    lock = open(os.path.join(data_dir, _LOCK), 'w')  # pylint: disable=consider-using-with
+  except OSError as e:
+    raise report_lib.DataError(f'{data_dir}: cannot create the data directory: {e.strerror or e}') from None
+  try:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      raise report_lib.DataError(f'{data_dir}: another build is running into this data directory') from None
+    for stale in os.listdir(data_dir):
+      if stale.startswith(_STAGING_PREFIX):
+        log(f'removing {stale} left by an interrupted build')
+        shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)
+
+    report = report_lib.BuildReport()
+    log('reading and cleaning inputs...')
+
+    def _AllUnits():
+      for source in sources:
+        yield from source.Units(report)
+
+    corpus = corpus_lib.Assemble(_Progress(_AllUnits(), log), config, report)
+    fingerprint = _Fingerprint(config, report)
+    old = ReadManifest(data_dir)
+    if (not force and old and old.get('fingerprint') == fingerprint and
+        os.path.isdir(os.path.join(data_dir, gettext_m4.NAME, gettext_m4.DATASET_VERSION))):
+      log(f'{data_dir}: up to date (same inputs and settings as the build of {old.get("built_at")})')
+      return old, False
+
+    staging = os.path.join(data_dir, f'{_STAGING_PREFIX}{os.getpid()}')
+    os.makedirs(staging)
+    try:
+      log(f'writing {len(corpus.languages)} languages into {staging}...')
+      builder = gettext_m4.GettextM4(corpus=corpus, data_dir=staging)
+      builder.download_and_prepare(download_dir=os.path.join(staging, 'downloads'))
+      for name in corpus_lib.SPLITS:
+        expected = sum(len(lang.splits[name]) for lang in corpus.languages.values())
+        written = builder.info.splits[name].num_examples
+        if written != expected:
+          raise report_lib.DataError(f'{staging}: {name} split has {written} examples, expected {expected}')
+      manifest = _Manifest(corpus, report, fingerprint, time.time() - start,
+                           sorted({type(s).__name__ for s in sources}))
+      with open(os.path.join(staging, MANIFEST), 'w', encoding='utf-8') as f:
+        json.dump(manifest, f, indent=1, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+      _Commit(staging, data_dir, gettext_m4.NAME)
+    finally:
+      # Also on failure: a half-written staging directory is of no use to anyone.
+      shutil.rmtree(staging, ignore_errors=True)
+    return manifest, True
+  finally:
+    lock.close()

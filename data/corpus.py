@@ -1,0 +1,182 @@
+"""Assembles source units into a multilingual X->English corpus with leak-free dev/test splits.
+
+Steps: merge units by language tag, deduplicate each language's pairs, keep the N largest languages (or the
+requested ones), split every pair by a stable hash of its **English** side, cap the dev and test sets per
+language, and bucket languages into high/medium/low resource by tercile of training size.
+
+Why hash the English side: the target side is shared across languages (the same English UI string is
+translated into 150 languages), so a per-language random split would put the English sentence of a German
+test pair into the French training data, and a multilingual model would have seen the answer. Splitting on
+the English key sends that sentence to the same split in every language. Dev/test pairs over the per-language
+cap go nowhere (not back to train), or they would reintroduce exactly that leak.
+"""
+import dataclasses
+import hashlib
+import re
+
+from lingvo_gshard.data import languages
+from lingvo_gshard.data import report as report_lib
+
+TRAIN, DEV, TEST = 'train', 'dev', 'test'
+SPLITS = (TRAIN, DEV, TEST)
+
+_KEY_RE = re.compile(r'[\W_]+')
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusConfig:
+  """Knobs of corpus assembly (all recorded in the manifest).
+
+  Attributes:
+    num_languages: keep this many languages, the largest by deduplicated pairs (ties by tag).
+    languages: if non-empty, keep exactly these tags instead (each must exist in the sources).
+    dev_fraction: fraction of English keys (by hash) that are dev in every language.
+    test_fraction: fraction of English keys (by hash) that are test in every language.
+    max_dev: most dev pairs per language; the rest go nowhere.
+    max_test: most test pairs per language; the rest go nowhere.
+    min_train: languages with fewer training pairs are dropped (reported), so none is near-empty.
+  """
+  num_languages: int = 100
+  languages: tuple[str, ...] = ()
+  dev_fraction: float = 0.03
+  test_fraction: float = 0.03
+  max_dev: int = 1000
+  max_test: int = 1000
+  min_train: int = 1
+
+  def Validate(self):
+    if self.num_languages < 1:
+      raise report_lib.DataError(f'num_languages must be >= 1, got {self.num_languages}')
+    for name in ('dev_fraction', 'test_fraction'):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise report_lib.DataError(f'{name} must be in [0, 1), got {getattr(self, name)}')
+    if self.dev_fraction + self.test_fraction >= 1.0:
+      raise report_lib.DataError('dev_fraction + test_fraction must be < 1 (nothing left to train on)')
+    for name in ('max_dev', 'max_test', 'min_train'):
+      if getattr(self, name) < 0:
+        raise report_lib.DataError(f'{name} must be >= 0, got {getattr(self, name)}')
+
+
+def EnglishKey(target):
+  """The key that decides a pair's split: the English side case-folded, with only its words.
+
+  'Open File...' and 'open file' share a key, so near-identical English strings cannot straddle splits.
+  """
+  return _KEY_RE.sub(' ', target.casefold()).strip()
+
+
+def SplitHash(target):
+  """A stable number in [0, 1) for an English sentence (same on every machine and Python version)."""
+  digest = hashlib.sha256(EnglishKey(target).encode('utf-8')).digest()
+  return int.from_bytes(digest[:8], 'big') / 2.0**64
+
+
+def SplitOf(target, config):
+  """The split an English sentence belongs to, before per-language caps."""
+  h = SplitHash(target)
+  if h < config.dev_fraction:
+    return DEV
+  if h < config.dev_fraction + config.test_fraction:
+    return TEST
+  return TRAIN
+
+
+@dataclasses.dataclass
+class Language:
+  """One language's data. `splits[name]` lists (source, target) pairs; `origins` the inputs it came from."""
+  tag: str
+  splits: dict[str, list[tuple[str, str]]]
+  origins: list[str]
+  bucket: str = ''
+  dropped_over_cap: int = 0
+
+  def Counts(self):
+    return {name: len(self.splits[name]) for name in SPLITS}
+
+
+@dataclasses.dataclass
+class Corpus:
+  """The assembled corpus: kept languages, largest first, and the languages left out with their sizes."""
+  languages: dict[str, Language]
+  left_out: dict[str, int]
+  config: CorpusConfig
+
+
+def Assemble(units, config, report):
+  """Builds a Corpus from source units.
+
+  Args:
+    units: iterable of sources.Unit (consumed once).
+    config: CorpusConfig.
+    report: report.BuildReport; duplicates and over-cap pairs are counted in it.
+
+  Returns:
+    A Corpus.
+
+  Raises:
+    report.DataError: no data at all, or a requested language that is not in the sources.
+  """
+  config.Validate()
+  merged, origins = {}, {}
+  for unit in units:
+    # A dict keeps the first occurrence of each pair and the order, so deduplication is deterministic.
+    pairs = merged.setdefault(unit.tag, {})
+    before = len(pairs)
+    pairs.update(dict.fromkeys(unit.pairs))
+    report.skips['duplicate'] += len(unit.pairs) - (len(pairs) - before)
+    origins.setdefault(unit.tag, []).append(unit.origin)
+  if not any(merged.values()):
+    raise report_lib.DataError('the sources gave no usable pairs (see the skip report)')
+
+  if config.languages:
+    wanted = []
+    for lang in config.languages:
+      tag = languages.LocaleToTag(lang.replace('-', '_')) or lang
+      if tag not in merged or not merged[tag]:
+        have = ', '.join(sorted(t for t in merged if merged[t]))
+        raise report_lib.DataError(f'requested language {lang!r} is not in the sources (have: {have})')
+      wanted.append(tag)
+    chosen = list(dict.fromkeys(wanted))
+  else:
+    chosen = sorted(merged, key=lambda t: (-len(merged[t]), t))
+
+  kept = {}
+  left_out = {}
+  for tag in chosen:
+    if len(kept) == config.num_languages and not config.languages:
+      left_out[tag] = len(merged[tag])
+      continue
+    lang = _SplitLanguage(tag, list(merged[tag]), origins[tag], config)
+    if len(lang.splits[TRAIN]) < max(config.min_train, 1):
+      left_out[tag] = len(merged[tag])
+      report.skips['language_too_small'] += 1
+      continue
+    report.skips['over_heldout_cap'] += lang.dropped_over_cap
+    kept[tag] = lang
+  for tag in merged:
+    if tag not in kept and tag not in left_out:
+      left_out[tag] = len(merged[tag])
+  if not kept:
+    raise report_lib.DataError(f'no language has at least {max(config.min_train, 1)} training pairs')
+  buckets = languages.Buckets({tag: len(lang.splits[TRAIN]) for tag, lang in kept.items()})
+  for tag, lang in kept.items():
+    lang.bucket = buckets[tag]
+  order = sorted(kept, key=lambda t: (-len(kept[t].splits[TRAIN]), t))
+  return Corpus(languages={t: kept[t] for t in order}, left_out=left_out, config=config)
+
+
+def _SplitLanguage(tag, pairs, origins, config):
+  """Splits one language's pairs. Every split is ordered by English hash, so that the caps keep the same
+  English sentences in every language (a multi-way parallel dev/test set) and the order does not depend on
+  the order the inputs were read in."""
+  keyed = sorted((SplitHash(tgt), src, tgt) for src, tgt in pairs)
+  splits = {name: [] for name in SPLITS}
+  dropped = 0
+  caps = {DEV: config.max_dev, TEST: config.max_test}
+  for h, src, tgt in keyed:
+    name = DEV if h < config.dev_fraction else TEST if h < config.dev_fraction + config.test_fraction else TRAIN
+    if name != TRAIN and len(splits[name]) >= caps[name]:
+      dropped += 1
+      continue
+    splits[name].append((src, tgt))
+  return Language(tag=tag, splits=splits, origins=list(origins), dropped_over_cap=dropped)

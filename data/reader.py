@@ -1,0 +1,74 @@
+"""Reads a built gettext_m4 data directory: the API the tf.data input pipeline consumes.
+
+    manifest = reader.LoadManifest(data_dir)            # sizes, buckets, offsets per language
+    ds = reader.LoadSplit(data_dir, 'de', 'train')      # tf.data.Dataset of {'lang','source','target'}
+    for source, target in reader.Pairs(data_dir, 'de', 'dev'): ...   # Python strings, for eval/BLEU
+
+A language is a contiguous slice of each split (see gettext_m4.py), so LoadSplit reads only its shards.
+Everything refuses a data dir without a finished build (no manifest, or sizes that do not match it) with a
+one-line DataError, so a half-built directory can never be read as a small dataset.
+"""
+import os
+
+from lingvo_gshard.data import build
+from lingvo_gshard.data import corpus as corpus_lib
+from lingvo_gshard.data import gettext_m4
+from lingvo_gshard.data import report as report_lib
+
+
+def LoadManifest(data_dir):
+  """The manifest of the finished build in data_dir; DataError if there is none."""
+  manifest = build.ReadManifest(data_dir)
+  if manifest is None:
+    raise report_lib.DataError(f'{os.path.join(data_dir, build.MANIFEST)}: no finished gettext_m4 build '
+                               f'here (build it with python -m lingvo_gshard.tools.prepare_data)')
+  return manifest
+
+
+def Languages(data_dir):
+  """Tags of the languages in data_dir, largest first."""
+  return list(LoadManifest(data_dir)['languages'])
+
+
+def _Builder(data_dir, manifest):
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  gettext_m4.Register()
+  builder = tfds.builder(gettext_m4.NAME, data_dir=data_dir)
+  if not builder.is_prepared():
+    raise report_lib.DataError(f'{data_dir}: manifest present but no prepared {gettext_m4.NAME} dataset')
+  for name in corpus_lib.SPLITS:
+    if builder.info.splits[name].num_examples != manifest['totals'][name]:
+      raise report_lib.DataError(f'{data_dir}: {name} split has {builder.info.splits[name].num_examples} '
+                                 f'examples but the manifest says {manifest["totals"][name]}; rebuild')
+  return builder
+
+
+def LoadSplit(data_dir, lang=None, split='train', shuffle_files=False):
+  """A tf.data.Dataset of {'lang', 'source', 'target'} string features.
+
+  Args:
+    data_dir: a built data directory.
+    lang: a language tag from the manifest, or None for every language.
+    split: 'train', 'dev' or 'test'.
+    shuffle_files: passed to TFDS (examples within a file stay in order; shuffle in the pipeline).
+  """
+  manifest = LoadManifest(data_dir)
+  if split not in corpus_lib.SPLITS:
+    raise report_lib.DataError(f'unknown split {split!r} (have: {", ".join(corpus_lib.SPLITS)})')
+  expr = split
+  if lang is not None:
+    if lang not in manifest['languages']:
+      raise report_lib.DataError(f'language {lang!r} is not in {os.path.join(data_dir, build.MANIFEST)} '
+                                 f'(have: {", ".join(manifest["languages"])})')
+    start, end = manifest['languages'][lang]['offsets'][split]
+    if start == end:
+      raise report_lib.DataError(f'language {lang!r} has no {split} examples in {data_dir}')
+    expr = f'{split}[{start}:{end}]'
+  return _Builder(data_dir, manifest).as_dataset(split=expr, shuffle_files=shuffle_files)
+
+
+def Pairs(data_dir, lang, split):
+  """All (source, target) pairs of one language and split as Python strings, in stored order."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  return [(ex['source'].decode('utf-8'), ex['target'].decode('utf-8'))
+          for ex in tfds.as_numpy(LoadSplit(data_dir, lang, split))]

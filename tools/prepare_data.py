@@ -1,0 +1,119 @@
+r"""Builds the multilingual X->English corpus (TFDS `gettext_m4`) into a data directory.
+
+Default: every gettext catalog under /usr/share/locale, the 100 largest languages.
+
+  python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data
+  python -m lingvo_gshard.tools.prepare_data --data_dir=... --debian_l10n   # + pinned Debian packages
+  python -m lingvo_gshard.tools.prepare_data --data_dir=... --nogettext \
+      --tsv=de=/data/de-en.tsv,fr=/data/fr-en.tsv
+  python -m lingvo_gshard.tools.prepare_data --data_dir=... --nogettext --tfds=wmt19_translate/de-en
+
+Prints a per-language summary and the skip report; bad input exits 1 with one line naming the problem.
+"""
+import sys
+
+from absl import app
+from absl import flags
+
+from lingvo_gshard.data import build
+from lingvo_gshard.data import cleaning
+from lingvo_gshard.data import corpus
+from lingvo_gshard.data import debian
+from lingvo_gshard.data import report
+from lingvo_gshard.data import sources
+
+_DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data directory to build into.', required=True)
+_GETTEXT = flags.DEFINE_bool('gettext', True, 'Read gettext catalogs under --locale_roots.')
+_LOCALE_ROOTS = flags.DEFINE_list('locale_roots', list(sources.DEFAULT_LOCALE_ROOTS),
+                                  'Directories laid out like /usr/share/locale.')
+_DEBIAN_L10N = flags.DEFINE_bool('debian_l10n', False,
+                                 'Also fetch the pinned Debian packages (debian.L10N_PACKAGES) with '
+                                 '`apt-get download` and read their catalogs (needs apt-get update).')
+_DEBIAN_PACKAGES = flags.DEFINE_list('debian_packages', [],
+                                     'Extra Debian packages (name or name=version) to fetch and read.')
+_DEBS = flags.DEFINE_list('debs', [], 'Local .deb files whose catalogs are read.')
+_DEB_CACHE = flags.DEFINE_string('deb_cache_dir', '/var/cache/lingvo_gshard/debs',
+                                 'Where fetched .deb files are kept (not fetched again).')
+_TSV = flags.DEFINE_list('tsv', [], 'LANG=PATH files of source<TAB>target lines (English target).')
+_TFDS = flags.DEFINE_list('tfds', [], 'TFDS translation datasets, e.g. wmt19_translate/de-en.')
+_TFDS_SPLIT = flags.DEFINE_string('tfds_split', 'train', 'Split of the --tfds datasets to read.')
+_TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'data_dir for the --tfds datasets.')
+_NUM_LANGUAGES = flags.DEFINE_integer('num_languages', 100, 'Keep the N largest languages.')
+_LANGUAGES = flags.DEFINE_list('languages', [], 'Keep exactly these languages (tags or locales).')
+_DEV_FRACTION = flags.DEFINE_float('dev_fraction', 0.03, 'Fraction of English sentences held out as dev.')
+_TEST_FRACTION = flags.DEFINE_float('test_fraction', 0.03, 'Fraction of English sentences held out as test.')
+_MAX_DEV = flags.DEFINE_integer('max_dev', 1000, 'Most dev pairs per language (the rest are unused).')
+_MAX_TEST = flags.DEFINE_integer('max_test', 1000, 'Most test pairs per language (the rest are unused).')
+_MIN_TRAIN = flags.DEFINE_integer('min_train', 1, 'Drop languages with fewer training pairs.')
+_MAX_CHARS = flags.DEFINE_integer('max_chars', cleaning.DEFAULT_MAX_CHARS, 'Longest side kept (chars).')
+_FORCE = flags.DEFINE_bool('force', False, 'Rebuild even if the data dir is up to date.')
+
+
+def _Log(line):
+  print(line, file=sys.stderr, flush=True)
+
+
+def _Sources():
+  srcs = []
+  if _GETTEXT.value:
+    packages = list(_DEBIAN_PACKAGES.value) + (list(debian.L10N_PACKAGES) if _DEBIAN_L10N.value else [])
+    debs = list(_DEBS.value)
+    if packages:
+      _Log(f'fetching {len(packages)} Debian packages into {_DEB_CACHE.value}...')
+      debs += debian.FetchDebs(packages, _DEB_CACHE.value)
+    srcs.append(sources.GettextSource(_LOCALE_ROOTS.value, debs, max_chars=_MAX_CHARS.value))
+  if _TSV.value:
+    srcs.append(sources.TsvSource(sources.ParseLanguageFiles(_TSV.value, '--tsv'), max_chars=_MAX_CHARS.value))
+  for name in _TFDS.value:
+    srcs.append(sources.TfdsSource(name, _TFDS_SPLIT.value, _TFDS_DATA_DIR.value, max_chars=_MAX_CHARS.value))
+  if not srcs:
+    raise report.DataError('no input: --nogettext without --tsv or --tfds')
+  return srcs
+
+
+def Summary(manifest):
+  """The per-language table and skip report of a manifest, as text."""
+  lines = [f'{"lang":<14}{"bucket":<8}{"train":>9}{"dev":>7}{"test":>7}{"inputs":>8}']
+  for tag, info in manifest['languages'].items():
+    lines.append(f'{tag:<14}{info["bucket"]:<8}{info["train"]:>9}{info["dev"]:>7}{info["test"]:>7}'
+                 f'{info["inputs"]:>8}')
+  totals = manifest['totals']
+  langs = manifest['languages']
+  lines.append(f'{len(langs)} languages; train {totals["train"]}, dev {totals["dev"]}, test {totals["test"]}'
+               f' pairs; largest {next(iter(langs))} ({max(l["train"] for l in langs.values())}), smallest '
+               f'{list(langs)[-1]} ({min(l["train"] for l in langs.values())}) training pairs')
+  left = manifest['left_out_languages']
+  if left:
+    shown = ', '.join(f'{t} ({n})' for t, n in list(left.items())[:12])
+    lines.append(f'left out: {len(left)} smaller languages: {shown}{", ..." if len(left) > 12 else ""}')
+  lines.append('skipped: ' + ', '.join(f'{k} {v}' for k, v in manifest['skips'].items()))
+  for item in manifest['skipped_files'][:10]:
+    lines.append(f'  skipped file {item["path"]}: {item["reason"]}')
+  if len(manifest['skipped_files']) > 10:
+    lines.append(f'  ... {len(manifest["skipped_files"]) - 10} more skipped files listed in manifest.json')
+  for item in manifest['notes'][:10]:
+    lines.append(f'  note {item["path"]}: {item["note"]}')
+  lines.append(f'inputs: {len(manifest["sources"])}; built {manifest["built_at"]} in '
+               f'{manifest["build_seconds"]}s')
+  return '\n'.join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  config = corpus.CorpusConfig(
+      num_languages=_NUM_LANGUAGES.value, languages=tuple(_LANGUAGES.value),
+      dev_fraction=_DEV_FRACTION.value, test_fraction=_TEST_FRACTION.value, max_dev=_MAX_DEV.value,
+      max_test=_MAX_TEST.value, min_train=_MIN_TRAIN.value)
+  try:
+    manifest, built = build.Build(_DATA_DIR.value, _Sources(), config, force=_FORCE.value, log=_Log)
+  except report.DataError as e:
+    print(f'prepare_data: error: {e}', file=sys.stderr)
+    return 1
+  print(Summary(manifest))
+  print(f'{"built" if built else "up to date"}: {_DATA_DIR.value}')
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)
