@@ -444,7 +444,7 @@ def _numpy_aux_grad(logits, paddings):
   return coef[:, None, None] * nonpad[..., None] * probs * (fraction[:, None, :] - weighted)
 
 
-@pytest.mark.parametrize('name,kwargs', [c for c in _CONFIGS if c[1].get('second_expert_policy') != 'random'])
+@pytest.mark.parametrize('name,kwargs', _CONFIGS)
 def test_gradients_finite_and_agree_between_function_and_jit(name, kwargs):
   logits, paddings = _inputs()
   weights = tf.constant(np.random.RandomState(1).normal(size=(G, S, 2 if name == 'top2' else 1 if
