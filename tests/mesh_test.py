@@ -27,8 +27,8 @@ def test_parse_errors(text, message):
 def test_partitioner_validation_errors():
   with pytest.raises(mesh_lib.MeshError, match='needs 16 devices, only 8 CPU devices exist'):
     sharding.Partitioner('dtensor', 'data:4,expert:4')
-  with pytest.raises(mesh_lib.MeshError, match="mesh axis 'model' is not used by the sharding rules"):
-    sharding.Partitioner('xla', 'data:2,model:4')
+  with pytest.raises(mesh_lib.MeshError, match="mesh axis 'tensor' is not used by the sharding rules"):
+    sharding.Partitioner('xla', 'data:2,tensor:4')
   with pytest.raises(mesh_lib.MeshError, match="unknown sharding backend 'tpu'"):
     sharding.Partitioner('tpu', 'data:2')
   with pytest.raises(mesh_lib.MeshError, match='backend "none" runs on one device'):

@@ -215,3 +215,22 @@ class BaseLayer(tf.Module):
 
 def CountParams(specs) -> int:
   return int(np.sum([s.size for _, s in specs], dtype=np.int64)) if specs else 0
+
+
+def FoldSeed(seed: Optional[tf.Tensor], name: str) -> Optional[tf.Tensor]:
+  """A per-use stateless seed: `seed` (shape [2] int32, or None when not training) mixed with `name`.
+
+  Dropout draws from stateless RNGs so that a step is a pure function of its inputs and seed (reproducible,
+  XLA-friendly, the same under every backend); each call site folds in its own name.
+  """
+  if seed is None:
+    return None
+  salt = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], 'little') >> 1
+  return tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int32), salt)
+
+
+def Dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor], name: str) -> tf.Tensor:
+  """Stateless dropout; identity when `seed` is None (evaluation) or `rate` is 0."""
+  if seed is None or not rate:
+    return x
+  return tf.nn.experimental.stateless_dropout(x, rate, seed=FoldSeed(seed, name))

@@ -78,8 +78,9 @@ class ShardingRules:
 DEFAULT_RULES = ShardingRules([
     ('batch', 'data'), ('group', 'data'),
     ('expert', 'expert'), ('expert', 'data'),
-    ('length', None), ('model', None), ('hidden', None), ('capacity', None),
-    ('heads', None), ('kv', None), ('vocab', None), ('embed', None), ('model_out', None),
+    # Tensor (model) parallelism when the mesh has a 'model' axis: heads, FFN hidden units and vocabulary.
+    ('heads', 'model'), ('hidden', 'model'), ('vocab', 'model'),
+    ('length', None), ('model', None), ('capacity', None), ('kv', None), ('embed', None),
 ])
 
 

@@ -1,0 +1,103 @@
+"""Multi-head attention with packed-input masks and an incremental decoding cache.
+
+Dimensions: B batch, T query length, S key length, M model dim, N heads, D dim per head.
+Packed inputs carry `segment_ids` (0 = padding, 1..k = the k sentences in a row); attention never crosses a
+segment, so packed and unpacked batches compute the same per-token values.
+"""
+import tensorflow as tf
+
+from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import sharding
+
+WeightSpec = base_layer.WeightSpec
+WeightInit = base_layer.WeightInit
+
+_NEG_INF = -1e9  # Large but finite: a fully masked (padding) query row still has a defined softmax.
+
+
+def AttentionBias(q_segment_ids, k_segment_ids, causal=False):
+  """Additive bias [B,1,T,S]: 0 where query t may attend key s (same non-zero segment, s <= t if causal)."""
+  q = q_segment_ids[:, :, None]
+  k = k_segment_ids[:, None, :]
+  allowed = tf.logical_and(tf.equal(q, k), tf.not_equal(k, 0))
+  if causal:
+    t, s = tf.shape(q_segment_ids)[1], tf.shape(k_segment_ids)[1]
+    allowed = tf.logical_and(allowed, tf.linalg.band_part(tf.ones([t, s], tf.bool), -1, 0)[None])
+  return tf.where(allowed, 0.0, _NEG_INF)[:, None, :, :]
+
+
+def DecodeStepBias(step, max_len, batch):
+  """Bias [B,1,1,max_len] letting decode step `step` see cached positions 0..step."""
+  visible = tf.range(max_len) <= step
+  return tf.tile(tf.where(visible, 0.0, _NEG_INF)[None, None, None, :], [batch, 1, 1, 1])
+
+
+class MultiHeadAttention(base_layer.BaseLayer):
+  """Scaled dot-product attention over N heads; self-attention when `source` is None."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('input_dim', 0, 'M.')
+    p.Define('num_heads', 0, 'N.')
+    p.Define('dim_per_head', 0, 'D; 0 means M // N.')
+    p.Define('atten_dropout_prob', 0.0, 'Dropout on attention probabilities.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.p
+    if p.num_heads <= 0 or (not p.dim_per_head and p.input_dim % p.num_heads):
+      raise ValueError(f'{self.path}: input_dim {p.input_dim} is not divisible by num_heads {p.num_heads}')
+    m, n, d = p.input_dim, p.num_heads, self.dim_per_head
+    for name in ('query', 'key', 'value'):
+      self.CreateWeight(name, WeightSpec((m, n, d), ('model', 'heads', 'kv'), WeightInit.FanIn()))
+    self.CreateWeight('post', WeightSpec((n, d, m), ('heads', 'kv', 'model'), WeightInit.FanIn()))
+
+  @property
+  def dim_per_head(self):
+    return self.p.dim_per_head or self.p.input_dim // self.p.num_heads
+
+  def _Project(self, x, name):
+    y = tf.einsum('BLM,MND->BLND', x, tf.cast(getattr(self.w, name), x.dtype))
+    return sharding.shard(y, ('batch', 'length', 'heads', 'kv'))
+
+  def _Attend(self, q, k, v, bias, seed):
+    """q: [B,T,N,D], k/v: [B,S,N,D], bias: [B,1,T,S] -> context [B,T,N,D]. Softmax in float32."""
+    q = q * tf.cast(self.dim_per_head ** -0.5, q.dtype)
+    logits = tf.einsum('BTND,BSND->BNTS', q, k)
+    logits = tf.cast(logits, tf.float32) + bias
+    probs = tf.nn.softmax(logits, axis=-1)
+    probs = base_layer.Dropout(probs, self.p.atten_dropout_prob, seed, f'{self.path}.probs')
+    return tf.einsum('BNTS,BSND->BTND', tf.cast(probs, v.dtype), v)
+
+  def _Post(self, ctx):
+    y = tf.einsum('BTND,NDM->BTM', ctx, tf.cast(self.w.post, ctx.dtype))
+    return sharding.shard(y, ('batch', 'length', 'model'))
+
+  def FProp(self, query, bias, source=None, seed=None):
+    """query: [B,T,M]; source: [B,S,M] or None (self-attention); bias: [B,1,T,S] -> [B,T,M]."""
+    kv_in = query if source is None else source
+    q = self._Project(query, 'query')
+    k = self._Project(kv_in, 'key')
+    v = self._Project(kv_in, 'value')
+    return self._Post(self._Attend(q, k, v, bias, seed))
+
+  def InitCache(self, batch, max_len=None, source=None, dtype=tf.float32):
+    """Decoding cache. Self-attention: zero keys/values [B,max_len,N,D] filled step by step. Cross-attention
+    (`source` [B,S,M]): the source's keys/values, computed once for all steps."""
+    if source is not None:
+      return {'key': self._Project(source, 'key'), 'value': self._Project(source, 'value')}
+    shape = [batch, max_len, self.p.num_heads, self.dim_per_head]
+    return {'key': tf.zeros(shape, dtype), 'value': tf.zeros(shape, dtype)}
+
+  def ExtendStep(self, query, cache, bias, step=None):
+    """One decoding step. query: [B,1,M]; bias: [B,1,1,S]; `step` (self-attention only) is the position to
+    write. Returns ([B,1,M], updated cache)."""
+    q = self._Project(query, 'query')
+    if step is not None:
+      max_len = cache['key'].shape[1]
+      # Writing by a one-hot blend keeps shapes static for XLA; O(max_len) per step is noise next to attention.
+      at = tf.cast(tf.one_hot(step, max_len), query.dtype)[None, :, None, None]
+      cache = {name: cache[name] * (1 - at) + self._Project(query, name) * at for name in ('key', 'value')}
+    return self._Post(self._Attend(q, cache['key'], cache['value'], bias, None)), cache

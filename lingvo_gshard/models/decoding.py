@@ -1,0 +1,98 @@
+"""Greedy and beam-search decoding with the incremental cache of `TransformerMT.ExtendStep`.
+
+Dimensions: B batch, K beam size, T max decode length, V target vocabulary. The first decoder input is the
+target-language tag (`<2en>`-style start id per example); outputs exclude it. Both loops are `tf.while_loop`s
+with static shapes, so they compile once under XLA.
+"""
+import tensorflow as tf
+
+_NEG_INF = -1e9
+
+
+def _Tile(x, k):
+  """[B,...] -> [B*K,...] (each example repeated k times, adjacent)."""
+  return tf.repeat(x, k, axis=0)
+
+
+def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len):
+  """-> (ids [B,T] int32, padded with eos after the first eos; lengths [B] incl. eos; scores [B])."""
+  state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, max_len)
+  b = tf.shape(src_ids)[0]
+
+  def Body(step, ids, prev, done, score, state):
+    log_probs, state = model.ExtendStep(prev, step, state, max_len)
+    nxt = tf.cast(tf.argmax(log_probs, -1), tf.int32)
+    nxt = tf.where(done, eos_id, nxt)
+    score += tf.where(done, 0.0, tf.gather(log_probs, nxt, batch_dims=1))
+    ids = ids + tf.one_hot(step, max_len, dtype=tf.int32)[None, :] * nxt[:, None]
+    return step + 1, ids, nxt, done | tf.equal(nxt, eos_id), score, state
+
+  init = (tf.constant(0), tf.zeros([b, max_len], tf.int32), tf.cast(start_ids, tf.int32),
+          tf.zeros([b], tf.bool), tf.zeros([b]), state)
+  _, ids, _, _, score, _ = tf.while_loop(lambda step, *_: step < max_len, Body, init)
+  is_eos = tf.equal(ids, eos_id)
+  lengths = tf.where(tf.reduce_any(is_eos, 1), tf.cast(tf.argmax(tf.cast(is_eos, tf.int32), 1), tf.int32) + 1,
+                     max_len)
+  return ids, lengths, score
+
+
+def LengthPenalty(length, alpha):
+  """GNMT's ((5 + |Y|) / 6)^alpha."""
+  return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len, beam_size=4,
+               length_alpha=0.6):
+  """-> (ids [B,K,T], scores [B,K] length-normalised, best first). Hypotheses that never emit eos by
+  max_len compete as finished at length T."""
+  k = beam_size
+  b = tf.shape(src_ids)[0]
+  state = model.InitDecoderState(_Tile(src_ids, k), _Tile(src_segment_ids, k), _Tile(src_positions, k),
+                                 max_len)
+  vocab = model.p.target_vocab_size
+  # Only the first beam is alive at the start, so the first step does not pick K copies of one token.
+  alive_lp = tf.tile(tf.constant([[0.0] + [_NEG_INF] * (k - 1)]), [b, 1])
+  alive_seq = tf.zeros([b, k, max_len], tf.int32)
+  fin_seq = tf.zeros([b, k, max_len], tf.int32)
+  fin_score = tf.fill([b, k], _NEG_INF)
+  prev = _Tile(tf.cast(start_ids, tf.int32), k)
+
+  def GatherBeams(x, idx):
+    """x: [B*K,...], idx: [B,K] beam indices -> [B*K,...]."""
+    shape = tf.shape(x)
+    x = tf.reshape(x, tf.concat([[b, k], shape[1:]], 0))
+    return tf.reshape(tf.gather(x, idx, batch_dims=1), shape)
+
+  def Body(step, prev, alive_lp, alive_seq, fin_seq, fin_score, state):
+    log_probs, state = model.ExtendStep(prev, step, state, max_len)
+    cand = alive_lp[:, :, None] + tf.reshape(log_probs, [b, k, vocab])          # [B,K,V]
+    top_lp, top_idx = tf.math.top_k(tf.reshape(cand, [b, k * vocab]), 2 * k)    # [B,2K]
+    beam, token = top_idx // vocab, top_idx % vocab
+    seq = tf.gather(alive_seq, beam, batch_dims=1)                                # [B,2K,T]
+    seq += tf.one_hot(step, max_len, dtype=tf.int32)[None, None, :] * token[:, :, None]
+    is_eos = tf.equal(token, eos_id)
+    last = tf.equal(step, max_len - 1)
+    # Finished candidates: those that emit eos, or every candidate at the last step.
+    ends = is_eos | last
+    new_fin = tf.where(ends, top_lp / LengthPenalty(step + 1, length_alpha), _NEG_INF)
+    all_score = tf.concat([fin_score, new_fin], 1)
+    all_seq = tf.concat([fin_seq, seq], 1)
+    fin_score, fin_idx = tf.math.top_k(all_score, k)
+    fin_seq = tf.gather(all_seq, fin_idx, batch_dims=1)
+    # Alive: the best K candidates that did not emit eos.
+    alive_cand = tf.where(is_eos, _NEG_INF, top_lp)
+    alive_lp, alive_idx = tf.math.top_k(alive_cand, k)
+    alive_seq = tf.gather(seq, alive_idx, batch_dims=1)
+    src_beam = tf.gather(beam, alive_idx, batch_dims=1)
+    prev = tf.reshape(tf.gather(token, alive_idx, batch_dims=1), [-1])
+    # Self-attention caches follow their beams; cross-attention caches are identical across a row's beams.
+    caches = [dict(c, self={n: GatherBeams(t, src_beam) for n, t in c['self'].items()})
+              for c in state['caches']]
+    return step + 1, prev, alive_lp, alive_seq, fin_seq, fin_score, dict(state, caches=caches)
+
+  init = (tf.constant(0), prev, alive_lp, alive_seq, fin_seq, fin_score, state)
+  out = tf.while_loop(lambda step, *_: step < max_len, Body, init)
+  fin_seq, fin_score = out[4], out[5]
+  # Positions after a hypothesis' eos are filled with eos, as in GreedyDecode.
+  after_eos = tf.cumsum(tf.cast(tf.equal(fin_seq, eos_id), tf.int32), axis=-1, exclusive=True) > 0
+  return tf.where(after_eos, eos_id, fin_seq), fin_score

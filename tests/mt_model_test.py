@@ -1,0 +1,146 @@
+"""Translation model: initial loss, packing, cached decoding, beam search, overfitting a batch."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingvo_gshard.models import decoding
+from lingvo_gshard.models import transformer_mt
+
+SRC_V, TGT_V = 40, 32
+EOS = 2
+
+
+def TinyParams(**kw):
+  p = transformer_mt.TransformerMT.Params().Set(source_vocab_size=SRC_V, target_vocab_size=TGT_V, model_dim=32,
+                                                num_heads=4, hidden_dim=64, **kw)
+  p.encoder.num_layers = 2
+  p.decoder.num_layers = 2
+  return p
+
+
+def Examples(n=4, seed=0):
+  """n (source, target) pairs of different lengths; targets end with EOS."""
+  rng = np.random.RandomState(seed)
+  out = []
+  for i in range(n):
+    src = rng.randint(3, SRC_V, size=3 + 2 * i).tolist()
+    tgt = rng.randint(3, TGT_V, size=2 + i).tolist() + [EOS]
+    out.append((src, tgt))
+  return out
+
+
+def Unpacked(examples, length=12, tag=1):
+  """One example per row."""
+  b = len(examples)
+  batch = {k: np.zeros((b, length), np.int32) for k in (
+      'src_ids', 'src_segment_ids', 'src_positions', 'tgt_ids', 'tgt_labels', 'tgt_segment_ids',
+      'tgt_positions')}
+  batch['tgt_weights'] = np.zeros((b, length), np.float32)
+  for r, (src, tgt) in enumerate(examples):
+    _Put(batch, r, 0, src, tgt, 1, tag)
+  return batch
+
+
+def _Put(batch, row, offset_src, src, tgt, segment, tag, offset_tgt=None):
+  offset_tgt = offset_src if offset_tgt is None else offset_tgt
+  s = slice(offset_src, offset_src + len(src))
+  batch['src_ids'][row, s] = src
+  batch['src_segment_ids'][row, s] = segment
+  batch['src_positions'][row, s] = np.arange(len(src))
+  t = slice(offset_tgt, offset_tgt + len(tgt))
+  batch['tgt_ids'][row, t] = [tag] + tgt[:-1]
+  batch['tgt_labels'][row, t] = tgt
+  batch['tgt_segment_ids'][row, t] = segment
+  batch['tgt_positions'][row, t] = np.arange(len(tgt))
+  batch['tgt_weights'][row, t] = 1.0
+
+
+def Packed(examples, length=24, tag=1):
+  """Examples 0+3 in row 0, 1+2 in row 1 (sources and targets packed independently)."""
+  batch = {k: np.zeros((2, length), np.int32) for k in (
+      'src_ids', 'src_segment_ids', 'src_positions', 'tgt_ids', 'tgt_labels', 'tgt_segment_ids',
+      'tgt_positions')}
+  batch['tgt_weights'] = np.zeros((2, length), np.float32)
+  places = {}
+  for row, members in enumerate(((0, 3), (1, 2))):
+    so = to = 0
+    for seg, i in enumerate(members, 1):
+      src, tgt = examples[i]
+      _Put(batch, row, so, src, tgt, seg, tag, offset_tgt=to)
+      places[i] = (row, to)
+      so += len(src)
+      to += len(tgt)
+  return batch, places
+
+
+@pytest.fixture(scope='module')
+def model():
+  return TinyParams().Instantiate().InstantiateVariables()
+
+
+def test_initial_loss_is_ln_vocab(model):
+  _, metrics = tf.function(model.FProp, jit_compile=True)(Unpacked(Examples()))
+  assert abs(float(metrics['xent']) - np.log(TGT_V)) < 0.15, float(metrics['xent'])
+
+
+def test_packed_equals_unpacked(model):
+  examples = Examples()
+  unpacked = Unpacked(examples)
+  packed, places = Packed(examples)
+  _, mu = model.FProp(unpacked)
+  _, mp = model.FProp(packed)
+  xu, xp = mu['per_token_xent'].numpy(), mp['per_token_xent'].numpy()
+  for i, (_, tgt) in enumerate(examples):
+    row, off = places[i]
+    np.testing.assert_allclose(xp[row, off:off + len(tgt)], xu[i, :len(tgt)], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(float(mp['xent']), float(mu['xent']), rtol=1e-5)
+
+
+def test_cached_decoding_equals_recompute(model):
+  examples = Examples()
+  batch = Unpacked(examples)
+  logits, _, _ = model.ComputeLogits(batch)
+  ref = tf.nn.log_softmax(logits).numpy()
+  max_len = batch['tgt_ids'].shape[1]
+  state = model.InitDecoderState(batch['src_ids'], batch['src_segment_ids'], batch['src_positions'], max_len)
+  for t in range(max_len):
+    log_probs, state = model.ExtendStep(tf.constant(batch['tgt_ids'][:, t]), t, state, max_len)
+    real = batch['tgt_weights'][:, t] > 0  # teacher-forced logits at padding positions are meaningless
+    np.testing.assert_allclose(log_probs.numpy()[real], ref[real, t], rtol=1e-4, atol=1e-5, err_msg=f'step {t}')
+
+
+def test_beam_one_equals_greedy(model):
+  batch = Unpacked(Examples())
+  src = [tf.constant(batch[k]) for k in ('src_ids', 'src_segment_ids', 'src_positions')]
+  start = tf.ones([4], tf.int32)
+  g_ids, _, g_score = decoding.GreedyDecode(model, *src, start, EOS, 10)
+  b_ids, b_score = decoding.BeamSearch(model, *src, start, EOS, 10, beam_size=1, length_alpha=0.0)
+  np.testing.assert_array_equal(b_ids.numpy()[:, 0], g_ids.numpy())
+  np.testing.assert_allclose(b_score.numpy()[:, 0], g_score.numpy(), rtol=1e-5)
+  # A wider beam finds a hypothesis at least as likely (same unnormalised score) as greedy's.
+  _, b4 = decoding.BeamSearch(model, *src, start, EOS, 10, beam_size=4, length_alpha=0.0)
+  assert np.all(b4.numpy()[:, 0] >= g_score.numpy() - 1e-4)
+  assert np.all(np.diff(b4.numpy(), axis=1) <= 1e-6)  # sorted best first
+
+
+def Overfit(p, steps, lr=1e-2):
+  model = p.Instantiate().InstantiateVariables()
+  batch = Unpacked(Examples())
+  variables = [v for _, v in model.IterVariables()]
+  opt = tf.keras.optimizers.Adam(lr)
+
+  @tf.function(jit_compile=True)
+  def Step(seed):
+    with tf.GradientTape() as tape:
+      loss, metrics = model.FProp(batch, seed)
+    opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return metrics['xent']
+
+  for i in range(steps):
+    xent = Step(tf.constant([i, 0]))
+  _, metrics = model.FProp(batch)
+  return float(metrics['xent'])
+
+
+def test_tiny_dense_overfits():
+  assert Overfit(TinyParams(label_smoothing=0.0), 200) < 0.05
