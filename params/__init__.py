@@ -4,4 +4,5 @@ Every module that registers experiments is listed here, so `registry.LoadAll()` 
 can too.
 """
 EXPERIMENT_MODULES = (
+    'gshard_paper',
 )

@@ -171,6 +171,12 @@ class BaseLayer(tf.Module):
     for child in self._children.values():
       yield from child.IterWeightSpecs()
 
+  def IterLayers(self) -> Iterator['BaseLayer']:
+    """This layer and every descendant, depth first."""
+    yield self
+    for child in self._children.values():
+      yield from child.IterLayers()
+
   def NumParams(self) -> int:
     return sum(spec.size for _, spec in self.IterWeightSpecs())
 
@@ -201,7 +207,7 @@ class BaseLayer(tf.Module):
     lines = []
     for path, spec in self.IterWeightSpecs():
       mesh_axes = partitioner.MeshAxes(spec.logical_axes, spec.shape, what=path)
-      local = partitioner.ShardShape(spec.shape, spec.logical_axes)
+      local = partitioner.ShardShape(spec.shape, spec.logical_axes, what=path)
       lines.append(f'{path:<60} {str(list(spec.shape)):<20} {spec.dtype.name:<8} '
                    f'logical={tuple(spec.logical_axes)} mesh={mesh_axes} per_device={list(local)}')
     return '\n'.join(lines)

@@ -37,6 +37,9 @@ class Registry:
     def _Add(cls):
       if not (isinstance(cls, type) and issubclass(cls, experiment.Experiment)):
         raise RegistryError(f'{cls!r} is not an Experiment subclass')
+      if cls.__module__.split('.')[0] == 'params':
+        raise RegistryError(f'{cls.__module__} was imported as a top-level package; import it as '
+                            f'{_PARAMS_PACKAGE}.{cls.__module__[len("params."):]} so it registers once')
       key = self.KeyOf(cls, name)
       if key in self._classes and self._classes[key] is not cls:
         raise RegistryError(f'experiment {key!r} is registered twice')

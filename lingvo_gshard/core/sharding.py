@@ -153,9 +153,9 @@ class Partitioner:
                           f'{mesh_axis!r} of size {self.mesh.AxisSize(mesh_axis)}')
     return axes
 
-  def ShardShape(self, shape, logical_axes: LogicalAxes) -> Tuple[int, ...]:
+  def ShardShape(self, shape, logical_axes: LogicalAxes, what: str = 'tensor') -> Tuple[int, ...]:
     """The per-device shape of a tensor of `shape` laid out by `logical_axes`."""
-    axes = self.MeshAxes(logical_axes, shape)
+    axes = self.MeshAxes(logical_axes, shape, what)
     return tuple(s // (self.mesh.AxisSize(a) if a else 1) for s, a in zip(shape, axes))
 
   def DimsMapping(self, logical_axes: LogicalAxes, shape=None) -> List[int]:

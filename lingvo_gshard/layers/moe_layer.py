@@ -1,0 +1,77 @@
+"""The GShard MoE feed-forward layer: E experts of the dense FFN's shape, top-2 gated per group of tokens.
+
+Dimensions: B batch, L length, G groups, S tokens per group, E experts, M model dim, H hidden dim.
+Tokens [B,L,M] are regrouped into [G,S,M] (S = `group_size`, or all tokens when fewer) and routed by
+`moe.moe_ffn`. Sharding by logical axes only: groups on the data axis, expert weights and expert buffers on the
+expert axis, gate weights replicated; the G->E relayout of the dispatched buffer is the all-to-all.
+"""
+import tensorflow as tf
+
+from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import sharding
+from lingvo_gshard.layers import basic
+from lingvo_gshard.layers import gating as gating_lib
+from lingvo_gshard.layers import moe
+
+WeightSpec = base_layer.WeightSpec
+WeightInit = base_layer.WeightInit
+
+
+class MoELayer(base_layer.BaseLayer):
+  """Sparsely-gated MoE FFN. FProp(x[B,L,M], paddings[B,L], seed) -> (y[B,L,M], aux_loss, stats)."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('input_dim', 0, 'M.')
+    p.Define('hidden_dim', 0, 'H of each expert (the dense FFN\'s H).')
+    p.Define('num_experts', 16, 'E: experts in this layer.')
+    p.Define('group_size', 1024, 'S: tokens routed together (capacity is per group); fewer tokens = 1 group.')
+    p.Define('capacity_factor', 2.0, 'Training capacity factor: C = int(S*cf/E) (2.0 = the paper\'s 2S/E).')
+    p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation and decoding.')
+    p.Define('min_capacity', 4, 'Lower bound of C (then rounded up to a multiple of 4).')
+    p.Define('gating', 'top2', "'top2' (GShard), 'top1' (Switch) or 'expert_choice'.")
+    p.Define('second_expert_policy', 'all',
+             "Top-2 only: 'all', 'random' (GShard's random routing) or 'sampling'. Evaluation uses 'all'.")
+    p.Define('dispatch', 'index', "'index' (gather by expert and slot) or 'einsum' (the paper's one-hot).")
+    p.Define('activation', 'relu', f'One of {sorted(basic.ACTIVATIONS)}.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.p
+    if p.activation not in basic.ACTIVATIONS:
+      raise ValueError(f'{self.path}: activation {p.activation!r} is not one of {sorted(basic.ACTIVATIONS)}')
+    if p.second_expert_policy not in gating_lib.SECOND_EXPERT_POLICIES:
+      raise ValueError(f'{self.path}: second_expert_policy {p.second_expert_policy!r} is not one of '
+                       f'{gating_lib.SECOND_EXPERT_POLICIES}')
+    m, h, e = p.input_dim, p.hidden_dim, p.num_experts
+    # Gate weights are replicated (the paper); fan-in init keeps the initial router close to uniform.
+    self.CreateWeight('gate', WeightSpec((m, e), ('model', None), WeightInit.FanIn()))
+    self.CreateWeight('wi', WeightSpec((e, m, h), ('expert', 'model', 'hidden'), WeightInit.FanIn()))
+    self.CreateWeight('wo', WeightSpec((e, h, m), ('expert', 'hidden', 'model'), WeightInit.FanIn()))
+
+  def GroupShape(self, num_tokens: int):
+    """(G, S) for `num_tokens` tokens."""
+    s = min(self.p.group_size, num_tokens)
+    if num_tokens % s:
+      raise ValueError(f'{self.path}: {num_tokens} tokens do not split into groups of {s}; make batch*length '
+                       'a multiple of group_size')
+    return num_tokens // s, s
+
+  def FProp(self, x, paddings=None, seed=None):
+    p = self.p
+    b, l, m = x.shape
+    g, s = self.GroupShape(b * l)
+    training = seed is not None
+    xg = tf.reshape(x, [g, s, m])
+    pg = None if paddings is None else tf.reshape(tf.cast(paddings, tf.float32), [g, s])
+    policy = p.second_expert_policy if training else 'all'
+    y, aux, stats = moe.moe_ffn(
+        xg, self.w.gate, tf.cast(self.w.wi, x.dtype), tf.cast(self.w.wo, x.dtype),
+        capacity_factor=p.capacity_factor if training else p.eval_capacity_factor,
+        dispatch=p.dispatch, gating=p.gating, second_expert_policy=policy, paddings=pg,
+        seed=base_layer.FoldSeed(seed, f'{self.path}.route') if policy != 'all' else None,
+        activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard)
+    y = sharding.shard(tf.reshape(y, [b, l, m]), ('batch', 'length', 'model'))
+    return y, aux, stats
