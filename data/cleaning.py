@@ -40,33 +40,45 @@ _PLACEHOLDER_RE = re.compile(
     r'%(?:\d+\$)?[-+ #0\']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?'
     r'[diouxXeEfFgGaAcspnmC%]'
     r'|%\d+|%\([^)]*\)[a-zA-Z]|\{[^{}\s]*\}|\$\{?\w+\}?|<[^<>]*>|&#?\w+;|<PRI\w+>')
-_SPACE_RE = re.compile(r'\s+')
+_LETTER_RE = re.compile(r'[^\W\d_]')  # A word character that is not a digit or '_': a letter.
+_PLACEHOLDER_START_RE = re.compile(r'[%{$<&]')
 # Control characters (and the byte-order mark). Format characters such as ZWNJ stay: Persian and Indic
 # spelling needs them.
 _CONTROL_RE = re.compile('[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff]')
 
 
 def _StripMnemonics(text):
-  text = _PAREN_MNEMONIC_RE.sub('', text)
-  text = text.replace('&&', '\x00')
-  text = _AMP_MNEMONIC_RE.sub('', text).replace('\x00', '&')
-  # Identifiers (snake_case, %s_%d) contain underscores too; a label has exactly one accelerator, so more
-  # than one candidate means these are not mnemonics and the text is left alone.
-  if len(_UNDERSCORE_MNEMONIC_RE.findall(text)) == 1:
-    text = _UNDERSCORE_MNEMONIC_RE.sub('', text)
-  return text.replace('__', '_')
+  # The membership tests skip the regexes for the ~90% of strings that have no accelerator at all.
+  if '(' in text or '\uff08' in text:
+    text = _PAREN_MNEMONIC_RE.sub('', text)
+  if '&' in text:
+    text = text.replace('&&', '\x00')
+    text = _AMP_MNEMONIC_RE.sub('', text).replace('\x00', '&')
+  if '_' in text:
+    # Identifiers (snake_case, %s_%d) contain underscores too; a label has exactly one accelerator, so
+    # more than one candidate means these are not mnemonics and the text is left alone.
+    if len(_UNDERSCORE_MNEMONIC_RE.findall(text)) == 1:
+      text = _UNDERSCORE_MNEMONIC_RE.sub('', text)
+    text = text.replace('__', '_')
+  return text
 
 
 def _NormaliseLine(text):
-  # NFC so that the same word in precomposed and decomposed form deduplicates; every Unicode space
-  # (tabs, NBSP, ideographic space) becomes one ASCII space; control characters are dropped.
-  text = _CONTROL_RE.sub('', unicodedata.normalize('NFC', text))
-  return _SPACE_RE.sub(' ', text).strip()
+  # NFC so that the same word in precomposed and decomposed form deduplicates; every run of Unicode
+  # space (tabs, NBSP, ideographic space) becomes one ASCII space; control characters are dropped.
+  text = ' '.join(unicodedata.normalize('NFC', text).split())
+  if not text.isprintable():
+    text = _CONTROL_RE.sub('', text)
+  return text
 
 
 def HasText(text):
   """True if `text` has a letter once placeholders and markup are removed."""
-  return any(ch.isalpha() for ch in _PLACEHOLDER_RE.sub(' ', text))
+  if not _LETTER_RE.search(text):
+    return False
+  if not _PLACEHOLDER_START_RE.search(text):
+    return True
+  return bool(_LETTER_RE.search(_PLACEHOLDER_RE.sub(' ', text)))
 
 
 class Cleaner:
