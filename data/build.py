@@ -169,6 +169,6 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
     finally:
       # Also on failure: a half-written staging directory is of no use to anyone.
       shutil.rmtree(staging, ignore_errors=True)
-    return manifest, True
+    return json.loads(json.dumps(manifest)), True  # As a reader sees it (lists, not tuples).
   finally:
     lock.close()

@@ -126,7 +126,8 @@ def Assemble(units, config, report):
     report.skips['duplicate'] += len(unit.pairs) - (len(pairs) - before)
     origins.setdefault(unit.tag, []).append(unit.origin)
   if not any(merged.values()):
-    raise report_lib.DataError('the sources gave no usable pairs (see the skip report)')
+    skipped = ', '.join(f'{k} {v}' for k, v in report.skips.most_common(4)) or 'nothing read'
+    raise report_lib.DataError(f'the sources gave no usable pairs (skipped: {skipped})')
 
   if config.languages:
     wanted = []

@@ -10,6 +10,7 @@ Default: every gettext catalog under /usr/share/locale, the 100 largest language
 
 Prints a per-language summary and the skip report; bad input exits 1 with one line naming the problem.
 """
+import contextlib
 import sys
 
 from absl import app
@@ -106,7 +107,9 @@ def main(argv):
       dev_fraction=_DEV_FRACTION.value, test_fraction=_TEST_FRACTION.value, max_dev=_MAX_DEV.value,
       max_test=_MAX_TEST.value, min_train=_MIN_TRAIN.value)
   try:
-    manifest, built = build.Build(_DATA_DIR.value, _Sources(), config, force=_FORCE.value, log=_Log)
+    # TFDS prints its own progress on stdout; stdout is kept for the summary.
+    with contextlib.redirect_stdout(sys.stderr):
+      manifest, built = build.Build(_DATA_DIR.value, _Sources(), config, force=_FORCE.value, log=_Log)
   except report.DataError as e:
     print(f'prepare_data: error: {e}', file=sys.stderr)
     return 1
