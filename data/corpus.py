@@ -175,7 +175,8 @@ def _SplitLanguage(tag, pairs, origins, config):
   dropped = 0
   caps = {DEV: config.max_dev, TEST: config.max_test}
   for h, src, tgt in keyed:
-    name = DEV if h < config.dev_fraction else TEST if h < config.dev_fraction + config.test_fraction else TRAIN
+    heldout_end = config.dev_fraction + config.test_fraction
+    name = DEV if h < config.dev_fraction else TEST if h < heldout_end else TRAIN
     if name != TRAIN and len(splits[name]) >= caps[name]:
       dropped += 1
       continue

@@ -30,7 +30,8 @@ class GettextM4(tfds.core.GeneratorBasedBuilder):
   """Multilingual X->English sentence pairs (TFDS name `gettext_m4`)."""
 
   VERSION = tfds.core.Version(DATASET_VERSION)
-  RELEASE_NOTES = {DATASET_VERSION: 'Gettext catalogs (and optional TSV/TFDS inputs), English-hash dev/test splits.'}
+  RELEASE_NOTES = {
+      DATASET_VERSION: 'Gettext catalogs (and optional TSV/TFDS inputs), English-hash dev/test splits.'}
 
   @tfds.core.utils.classproperty
   @classmethod

@@ -129,7 +129,8 @@ def ParseLanguageFiles(specs, what):
     lang, sep, path = spec.partition('=')
     tag = languages.LocaleToTag(lang.strip()) if sep else None
     if not tag or not path.strip():
-      raise report_lib.DataError(f'{what}: {spec!r} is not LANG=PATH with a language code such as de or pt_BR')
+      raise report_lib.DataError(
+          f'{what}: {spec!r} is not LANG=PATH with a language code such as de or pt_BR')
     out.append((tag, path.strip()))
   return out
 
@@ -242,7 +243,8 @@ class TfdsSource:
       dataset = tfds.load(self.name, split=self.split, data_dir=self.data_dir, download=self.download)
     except Exception as e:  # pylint: disable=broad-except
       first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise report_lib.DataError(f'TFDS dataset {self.name} ({self.split}): cannot load: {first_line}') from None
+      raise report_lib.DataError(
+          f'TFDS dataset {self.name} ({self.split}): cannot load: {first_line}') from None
     cleaner = cleaning.Cleaner(strip_mnemonics=False, max_chars=self.max_chars, skips=report.skips)
     by_tag = {}
     for example in tfds.as_numpy(dataset):

@@ -1,5 +1,6 @@
 """Tests of data/build.py, data/gettext_m4.py and data/reader.py: the TFDS round trip through tfds.load,
 per-language reads, the manifest, idempotent reruns, and builds that fail or are killed half-way."""
+import fcntl
 import json
 import os
 import signal
@@ -81,7 +82,8 @@ def test_reader_reads_one_language_slice(tmp_path):
       assert reader.Pairs(data_dir, tag, split) == expected.languages[tag].splits[split]
       langs = {ex['lang'] for ex in tfds.as_numpy(reader.LoadSplit(data_dir, tag, split))}
       assert langs == {tag.encode()}
-  with pytest.raises(report.DataError, match=r"^language 'xx' is not in .*manifest\.json \(have: de, fr, ja\)$"):
+  with pytest.raises(report.DataError,
+                     match=r"^language 'xx' is not in .*manifest\.json \(have: de, fr, ja\)$"):
     reader.LoadSplit(data_dir, 'xx', 'train')
   with pytest.raises(report.DataError, match=r"^unknown split 'validation'"):
     reader.LoadSplit(data_dir, 'de', 'validation')
@@ -189,3 +191,14 @@ def test_loading_an_unbuilt_data_dir_through_tfds_names_the_tool(tmp_path):
   gettext_m4.Register()
   with pytest.raises(report.DataError, match=r'gettext_m4: no prepared data in .*prepare_data'):
     tfds.load('gettext_m4', split='train', data_dir=str(tmp_path))
+
+
+def test_concurrent_build_into_the_same_data_dir_is_refused(tmp_path):
+  root = _Tree(str(tmp_path / 'locale'), {'de': 40})
+  (tmp_path / 'data').mkdir()
+  with open(tmp_path / 'data' / '.gettext_m4.lock', 'w') as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # What a running build holds.
+    with pytest.raises(report.DataError, match=r'/data: another build is running into this data directory$'):
+      _Build(tmp_path / 'data', root)
+  _, built = _Build(tmp_path / 'data', root)  # Released: builds.
+  assert built

@@ -61,7 +61,8 @@ def test_undeclared_charset_accepts_ascii_and_utf8_only():
   assert catalog.charset_note == 'no charset declared; decoded as UTF-8'
   latin1 = data_helpers.MoBytes([('Open', 'Öffnen')], charset=None, header='Project-Id-Version: x\n')
   latin1 = latin1.replace('Öffnen'.encode('utf-8'), 'Öffnen'.encode('latin-1') + b'\x00')
-  with pytest.raises(mo_reader.MoFormatError, match=r'^bad\.mo: no charset declared and the text is not UTF-8$'):
+  with pytest.raises(mo_reader.MoFormatError,
+                     match=r'^bad\.mo: no charset declared and the text is not UTF-8$'):
     mo_reader.ParseMo(latin1, 'bad.mo')
 
 
@@ -84,7 +85,8 @@ def test_invalid_utf8_entries_are_counted_not_fatal():
     (lambda d: b'', r'^f\.mo: not a \.mo file \(only 0 bytes\)$'),
     (lambda d: b'\x00' * 4 + d[4:], r'^f\.mo: not a \.mo file \(bad magic 00000000\)$'),
     (lambda d: d[:4] + b'\x00\x00\x05\x00' + d[8:], r'^f\.mo: unsupported \.mo major revision 5$'),
-    (lambda d: d[:40], r'^f\.mo: truncated: original table of 3 entries at byte 28 exceeds the file size 40$'),
+    (lambda d: d[:40],
+     r'^f\.mo: truncated: original table of 3 entries at byte 28 exceeds the file size 40$'),
     (lambda d: d[:-12], r'^f\.mo: truncated: string 1 at byte \d+ \(\+\d+\) exceeds the file size \d+$'),
 ])
 def test_broken_files_raise_one_line_errors_naming_the_file(mutate, message):

@@ -12,8 +12,8 @@ import data_helpers
 
 
 def _Run(*args):
-  return subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.prepare_data', *args], capture_output=True,
-                        text=True, check=False, timeout=300)
+  return subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.prepare_data', *args],
+                        capture_output=True, text=True, check=False, timeout=300)
 
 
 def _Tree(root):

@@ -64,7 +64,8 @@ def _Sources():
       debs += debian.FetchDebs(packages, _DEB_CACHE.value)
     srcs.append(sources.GettextSource(_LOCALE_ROOTS.value, debs, max_chars=_MAX_CHARS.value))
   if _TSV.value:
-    srcs.append(sources.TsvSource(sources.ParseLanguageFiles(_TSV.value, '--tsv'), max_chars=_MAX_CHARS.value))
+    files = sources.ParseLanguageFiles(_TSV.value, '--tsv')
+    srcs.append(sources.TsvSource(files, max_chars=_MAX_CHARS.value))
   for name in _TFDS.value:
     srcs.append(sources.TfdsSource(name, _TFDS_SPLIT.value, _TFDS_DATA_DIR.value, max_chars=_MAX_CHARS.value))
   if not srcs:
