@@ -22,6 +22,11 @@ _REPO = os.path.dirname(os.path.realpath(
 _LAUNCHER = 'tests/pytest_main.py'
 
 
+def _TestFiles():
+  """tests/*_test.py in the checkout, relative to it."""
+  return sorted(os.path.relpath(p, _REPO) for p in glob_lib.glob(os.path.join(_REPO, 'tests', '*_test.py')))
+
+
 class _Rule(dict):
   """The attributes of one rule call, with its kind."""
 
@@ -71,6 +76,7 @@ def build():
   env, rules = _EvalBuild()
   return types.SimpleNamespace(
       package_map=env['PACKAGE_MAP'],
+      tests_importing_tests=env['TESTS_IMPORTING_TESTS'],
       libraries={r['name']: r for r in rules if r.kind == 'py_library'},
       tests={r['name']: r for r in rules if r.kind == 'py_test'},
       binaries={r['name']: r for r in rules if r.kind == 'py_binary'},
@@ -135,15 +141,36 @@ def test_root_library_ships_setup_py_for_the_path_mapping(build):
 
 
 def test_every_test_file_has_a_pytest_target(build):
-  test_files = sorted(os.path.relpath(p, _REPO) for p in glob_lib.glob(os.path.join(_REPO, 'tests', '*_test.py')))
+  test_files = _TestFiles()
   assert 'tests/build_targets_test.py' in test_files
   assert sorted(build.tests) == sorted(os.path.basename(f)[:-len('.py')] for f in test_files)
   for f in test_files:
-    rule = build.tests[os.path.basename(f)[:-len('.py')]]
-    assert rule['main'] == _LAUNCHER and sorted(rule['srcs']) == sorted([f, _LAUNCHER]), f
+    name = os.path.basename(f)[:-len('.py')]
+    rule = build.tests[name]
+    imported = [f'tests/{t}.py' for t in build.tests_importing_tests.get(name, [])]
+    assert rule['main'] == _LAUNCHER and sorted(rule['srcs']) == sorted([f, _LAUNCHER] + imported), f
     assert rule['args'] == [f'$(rootpath {f})'], f  # The launcher runs pytest on exactly this file.
     assert rule['legacy_create_init'] is False, f  # A made-up tests/__init__.py breaks helper imports.
     assert rule['deps'] == [':test_lib'], f
+
+
+def test_tests_importing_tests_matches_imports(build):
+  # A test that imports another test file fails under Bazel unless BUILD adds that file to its srcs.
+  test_modules = {os.path.basename(p)[:-len('.py')] for p in _TestFiles()}
+  found = {}
+  for name in sorted(test_modules):
+    with open(os.path.join(_REPO, 'tests', name + '.py')) as f:
+      tree = ast.parse(f.read())
+    imported = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        imported |= {a.name.split('.')[0] for a in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        imported.add(node.module.split('.')[0])
+    if imported & test_modules:
+      found[name] = sorted(imported & test_modules)
+  assert {k: sorted(v) for k, v in build.tests_importing_tests.items()} == found, (
+      'BUILD: TESTS_IMPORTING_TESTS must list exactly the test files that import other test files')
 
 
 def test_test_helpers_and_all_libraries_are_in_test_lib(build):
@@ -231,5 +258,4 @@ def test_bazel_query_agrees_with_build_evaluation(build, tmp_path):
   listed = {tuple(line.split(' rule ')) for line in run.stdout.splitlines() if ' rule ' in line}
   expected = {(r.kind, f'//:{r["name"]}') for r in build.rules}
   assert listed == expected
-  test_files = glob_lib.glob(os.path.join(_REPO, 'tests', '*_test.py'))
-  assert len([k for k, _ in listed if k == 'py_test']) == len(test_files) > 0
+  assert len([k for k, _ in listed if k == 'py_test']) == len(_TestFiles()) > 0

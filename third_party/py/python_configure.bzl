@@ -1,7 +1,7 @@
 """A Python toolchain for the interpreter that has TensorFlow installed, found on this machine at fetch time.
 
-Bazel 4's default toolchain runs whatever `python3` the test's PATH gives; under pyenv that is a shim which may
-pick another interpreter inside Bazel's environment. This rule asks the interpreter for its real path
+Bazel 4's default toolchain runs whatever `python3` the test's PATH gives; under pyenv that is a shim which
+may pick another interpreter inside Bazel's environment. This rule asks the interpreter for its real path
 (`sys.executable`) once, and pins the toolchain to it. Override with PYTHON_BIN_PATH=/path/to/python3.
 """
 
