@@ -66,7 +66,7 @@ def _Manifest(corpus, report, fingerprint, seconds, source_names):
       'pipeline_version': PIPELINE_VERSION,
       'fingerprint': fingerprint,
       'built_at': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-      'build_seconds': round(seconds, 1),
+      'build_seconds': round(seconds, 2),
       'source_kinds': source_names,
       'config': dataclasses.asdict(corpus.config),
       'bucket_rule': 'tercile of training size: largest third high, next third medium, rest low',
@@ -156,7 +156,7 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
       builder.download_and_prepare(download_dir=os.path.join(staging, 'downloads'))
       for name in corpus_lib.SPLITS:
         expected = sum(len(lang.splits[name]) for lang in corpus.languages.values())
-        written = builder.info.splits[name].num_examples
+        written = builder.info.splits[name].num_examples if name in builder.info.splits else 0
         if written != expected:
           raise report_lib.DataError(f'{staging}: {name} split has {written} examples, expected {expected}')
       manifest = _Manifest(corpus, report, fingerprint, time.time() - start,

@@ -68,7 +68,10 @@ class GettextM4(tfds.core.GeneratorBasedBuilder):
       raise report_lib.DataError(
           f'{NAME}: no prepared data in {self.data_dir}; build it with '
           f'`python -m lingvo_gshard.tools.prepare_data --data_dir=...`')
-    return {name: self._generate_examples(name) for name in corpus_lib.SPLITS}
+    # TFDS cannot write an empty split (e.g. --max_dev=0, or a tiny corpus), so such a split is absent
+    # from the dataset, and the manifest says 0 for it.
+    return {name: self._generate_examples(name) for name in corpus_lib.SPLITS
+            if any(lang.splits[name] for lang in self._corpus.languages.values())}
 
   def _generate_examples(self, split):
     # Integer keys in writing order: with shuffling disabled TFDS stores examples sorted by key.

@@ -37,9 +37,10 @@ def _Builder(data_dir, manifest):
   if not builder.is_prepared():
     raise report_lib.DataError(f'{data_dir}: manifest present but no prepared {gettext_m4.NAME} dataset')
   for name in corpus_lib.SPLITS:
-    if builder.info.splits[name].num_examples != manifest['totals'][name]:
-      raise report_lib.DataError(f'{data_dir}: {name} split has {builder.info.splits[name].num_examples} '
-                                 f'examples but the manifest says {manifest["totals"][name]}; rebuild')
+    written = builder.info.splits[name].num_examples if name in builder.info.splits else 0
+    if written != manifest['totals'][name]:
+      raise report_lib.DataError(f'{data_dir}: {name} split has {written} examples but the manifest says '
+                                 f'{manifest["totals"][name]}; rebuild')
   return builder
 
 
@@ -64,6 +65,8 @@ def LoadSplit(data_dir, lang=None, split='train', shuffle_files=False):
     if start == end:
       raise report_lib.DataError(f'language {lang!r} has no {split} examples in {data_dir}')
     expr = f'{split}[{start}:{end}]'
+  if not manifest['totals'][split]:
+    raise report_lib.DataError(f'{data_dir}: the {split} split is empty in this build')
   return _Builder(data_dir, manifest).as_dataset(split=expr, shuffle_files=shuffle_files)
 
 

@@ -1,5 +1,6 @@
 """Tests of data/build.py, data/gettext_m4.py and data/reader.py: the TFDS round trip through tfds.load,
 per-language reads, the manifest, idempotent reruns, and builds that fail or are killed half-way."""
+import datetime
 import fcntl
 import json
 import os
@@ -64,7 +65,9 @@ def test_round_trip_through_tfds_load(tmp_path):
   assert manifest['skips']['english_catalog'] == 1
   assert [s['tag'] for s in manifest['sources']] == ['de', 'pt-BR', 'sr-Latn']
   assert all(len(s['sha256']) == 64 for s in manifest['sources'])
-  assert manifest['name'] == 'gettext_m4' and manifest['build_seconds'] > 0
+  assert manifest['name'] == 'gettext_m4' and manifest['build_seconds'] >= 0
+  built_at = datetime.datetime.fromisoformat(manifest['built_at'])
+  assert abs((datetime.datetime.now(datetime.timezone.utc) - built_at).total_seconds()) < 600
   # tfds.load reads the manifest-free way too: as_supervised gives (source, target).
   sup = tfds.load('gettext_m4', split='train[:1]', data_dir=str(tmp_path / 'data'), as_supervised=True)
   (src, tgt), = tfds.as_numpy(sup)
@@ -202,3 +205,14 @@ def test_concurrent_build_into_the_same_data_dir_is_refused(tmp_path):
       _Build(tmp_path / 'data', root)
   _, built = _Build(tmp_path / 'data', root)  # Released: builds.
   assert built
+
+
+def test_empty_heldout_splits_build_and_read_as_clear_errors(tmp_path):
+  root = _Tree(str(tmp_path / 'locale'), {'de': 30})
+  manifest, _ = _Build(tmp_path / 'data', root, corpus.CorpusConfig(dev_fraction=0.2, max_dev=0, max_test=0))
+  assert manifest['totals'] == {'train': manifest['languages']['de']['train'], 'dev': 0, 'test': 0}
+  assert len(reader.Pairs(str(tmp_path / 'data'), 'de', 'train')) == manifest['totals']['train']
+  with pytest.raises(report.DataError, match=r"^language 'de' has no dev examples in "):
+    reader.LoadSplit(str(tmp_path / 'data'), 'de', 'dev')
+  with pytest.raises(report.DataError, match=r'the test split is empty in this build$'):
+    reader.LoadSplit(str(tmp_path / 'data'), None, 'test')
