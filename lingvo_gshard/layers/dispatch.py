@@ -199,10 +199,12 @@ def index_combine(expert_out, gate, plan: DispatchPlan, annotate: Optional[Annot
       slot_gate = tf.gather(tf.reshape(weight, [g, s * k]), plan.slot_choice, batch_dims=1)
       slot_gate = tf.where(plan.filled, slot_gate, tf.zeros_like(slot_gate))
       d_expert_out = _tokens_to_slots(dy, plan, slot_gate, annotate)
-      d_gate = tf.where(plan.kept, tf.einsum('GSKM,GSM->GSK', rows, dy), tf.zeros_like(weight))
+      # Multiply + reduce rather than einsum: XLA CPU would make these a dot with G·S batches of [K,M]x[M],
+      # each launched as its own matmul; as elementwise work they fuse into the gather.
+      d_gate = tf.where(plan.kept, tf.reduce_sum(rows * dy[:, :, tf.newaxis, :], axis=-1), tf.zeros_like(weight))
       return d_expert_out, d_gate
 
-    return tf.einsum('GSKM,GSK->GSM', rows, weight), _grad
+    return tf.reduce_sum(rows * weight[..., tf.newaxis], axis=2), _grad
 
   return _combine(expert_out, gate)
 
