@@ -200,6 +200,12 @@ class BaseLayer(tf.Module):
     for child in self._children.values():
       yield from child.IterVariables()
 
+  def IterVariablesWithSpecs(self) -> Iterator[Tuple[str, tf.Variable, WeightSpec]]:
+    for name, var in self._vars.items():
+      yield f'{self.path}.{name}', var, self._weight_specs[name]
+    for child in self._children.values():
+      yield from child.IterVariablesWithSpecs()
+
   def VariablesSummary(self, partitioner: Optional[sharding.Partitioner] = None) -> str:
     """One line per weight: path, shape, dtype, logical axes, mesh axes, per-device shape (Praxis's
     post_init_model_params.txt)."""

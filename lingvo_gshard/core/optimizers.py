@@ -1,0 +1,137 @@
+"""Optimizers whose state is laid out like the weights: Adafactor (the paper's) and Adam.
+
+Slot variables are created through the Partitioner with logical axes derived from their weight's, so under
+DTensor an expert weight's optimizer state lives with the expert's shard. `Apply` runs inside the compiled
+train step. Learning-rate schedule: linear warm-up then rsqrt decay (the paper: 1.0, 10k warm-up steps).
+"""
+from typing import Dict, List, Sequence, Tuple
+
+import tensorflow as tf
+
+from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import hyperparams
+from lingvo_gshard.core import sharding
+
+
+def _Assign(var, value):
+  """Assigns `value` and returns it. Under DTensor, `var.assign(x)`'s return value (and a read right after)
+  can be the old value inside a step, so the computed tensor is what later math uses."""
+  var.assign(value)
+  return value
+
+
+def RsqrtSchedule(step, learning_rate, warmup_steps):
+  """learning_rate * min(1, step/warmup) / sqrt(max(step, warmup) / warmup): 1x at the end of warm-up."""
+  step = tf.cast(tf.maximum(step, 1), tf.float32)
+  warmup = float(max(warmup_steps, 1))
+  return learning_rate * tf.minimum(1.0, step / warmup) * tf.math.rsqrt(tf.maximum(step, warmup) / warmup)
+
+
+class Optimizer:
+  """Base: `Params()`, `CreateSlots(named_weights, partitioner)`, `Apply(grads, step)`."""
+
+  @classmethod
+  def Params(cls):
+    p = hyperparams.InstantiableParams(cls)
+    p.Define('learning_rate', 1e-3, 'Peak learning rate.')
+    p.Define('warmup_steps', 100, 'Linear warm-up steps, then rsqrt decay.')
+    p.Define('clip_gradient_norm', 0.0, 'Clip the global gradient norm to this value (0 = off).')
+    return p
+
+  def __init__(self, params):
+    self.p = params.Copy().Freeze()
+    self.slots: Dict[str, Dict[str, tf.Variable]] = {}
+    self.variables: List[Tuple[str, tf.Variable]] = []
+
+  def CreateSlots(self, named: Sequence[Tuple[str, tf.Variable, base_layer.WeightSpec]],
+                  partitioner: sharding.Partitioner):
+    for path, var, spec in named:
+      self.variables.append((path, var))
+      self.slots[path] = {
+          name: partitioner.CreateVariable(f'{path}/{name}', lambda s=shape: tf.zeros(s, tf.float32), axes,
+                                           trainable=False)
+          for name, (shape, axes) in self.SlotSpecs(spec).items()}
+
+  def SlotSpecs(self, spec) -> Dict[str, Tuple[Tuple[int, ...], Tuple]]:
+    raise NotImplementedError
+
+  def Apply(self, grads: Sequence[tf.Tensor], step) -> tf.Tensor:
+    """Updates every variable from its gradient (same order as CreateSlots); returns the learning rate."""
+    grads = [tf.cast(g, tf.float32) for g in grads]
+    if self.p.clip_gradient_norm:
+      grads, _ = tf.clip_by_global_norm(grads, self.p.clip_gradient_norm)
+    lr = RsqrtSchedule(step, self.p.learning_rate, self.p.warmup_steps)
+    for (path, var), g in zip(self.variables, grads):
+      self.Update(var, g, self.slots[path], lr, tf.cast(step, tf.float32))
+    return lr
+
+  def Update(self, var, grad, slots, lr, step):
+    raise NotImplementedError
+
+
+class Adam(Optimizer):
+  """Adam with bias correction."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('beta1', 0.9, 'First-moment decay.')
+    p.Define('beta2', 0.98, 'Second-moment decay.')
+    p.Define('epsilon', 1e-9, 'Added to the root of the second moment.')
+    return p
+
+  def SlotSpecs(self, spec):
+    return {'m': (spec.shape, spec.logical_axes), 'v': (spec.shape, spec.logical_axes)}
+
+  def Update(self, var, grad, slots, lr, step):
+    p = self.p
+    m = _Assign(slots['m'], p.beta1 * slots['m'] + (1 - p.beta1) * grad)
+    v = _Assign(slots['v'], p.beta2 * slots['v'] + (1 - p.beta2) * tf.square(grad))
+    m_hat = m / (1 - tf.pow(p.beta1, step))
+    v_hat = v / (1 - tf.pow(p.beta2, step))
+    var.assign_sub(tf.cast(lr * m_hat / (tf.sqrt(v_hat) + p.epsilon), var.dtype))
+
+
+class Adafactor(Optimizer):
+  """Adafactor (Shazeer & Stern 2018) as GShard trains with it: beta1 = 0, second-moment decay 1 - t^-0.8,
+  factored second moments for matrices, update clipping 1.0, updates scaled by the weight's RMS."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('decay_exponent', 0.8, 'Second-moment decay is 1 - step^-decay_exponent.')
+    p.Define('clipping_threshold', 1.0, 'Updates are scaled down to RMS <= this.')
+    p.Define('epsilon1', 1e-30, 'Added to squared gradients.')
+    p.Define('epsilon2', 1e-3, 'Lower bound of the parameter scale.')
+    p.Define('multiply_by_parameter_scale', True, 'Scale updates by max(epsilon2, RMS(weight)).')
+    return p
+
+  @staticmethod
+  def _Factored(spec) -> bool:
+    return len(spec.shape) >= 2
+
+  def SlotSpecs(self, spec):
+    if not self._Factored(spec):
+      return {'v': (spec.shape, spec.logical_axes)}
+    shape, axes = tuple(spec.shape), tuple(spec.logical_axes)
+    # Rows average over the last dim, columns over the second to last; the other axes keep their layout.
+    return {'v_row': (shape[:-1], axes[:-1]), 'v_col': (shape[:-2] + shape[-1:], axes[:-2] + axes[-1:])}
+
+  def Update(self, var, grad, slots, lr, step):
+    p = self.p
+    decay = 1.0 - tf.pow(step, -p.decay_exponent)
+    g2 = tf.square(grad) + p.epsilon1
+    if 'v' in slots:
+      v = _Assign(slots['v'], decay * slots['v'] + (1 - decay) * g2)
+      update = grad * tf.math.rsqrt(v)
+    else:
+      row = _Assign(slots['v_row'], decay * slots['v_row'] + (1 - decay) * tf.reduce_mean(g2, -1))
+      col = _Assign(slots['v_col'], decay * slots['v_col'] + (1 - decay) * tf.reduce_mean(g2, -2))
+      row_factor = tf.math.rsqrt(row / tf.reduce_mean(row, -1, keepdims=True))
+      update = grad * row_factor[..., :, None] * tf.math.rsqrt(col)[..., None, :]
+    rms = lambda t: tf.sqrt(tf.reduce_mean(tf.square(t)))
+    update /= tf.maximum(1.0, rms(update) / p.clipping_threshold)
+    scale = lr
+    if p.multiply_by_parameter_scale:
+      scale *= tf.maximum(p.epsilon2, rms(tf.cast(var, tf.float32)))
+    var.assign_sub(tf.cast(scale * update, var.dtype))
