@@ -58,8 +58,8 @@ _JIT = {'function': False, 'jit': True}
 
 
 @pytest.mark.parametrize('gating_name,policy,compile_mode', [
-    ('top2', 'all', 'function'), ('top2', 'all', 'jit'), ('top2', 'random', 'jit'), ('top1', 'all', 'function'),
-    ('expert_choice', 'all', 'jit')])
+    ('top2', 'all', 'function'), ('top2', 'all', 'jit'), ('top2', 'random', 'jit'),
+    ('top1', 'all', 'function'), ('expert_choice', 'all', 'jit')])
 def test_index_equals_einsum_values_and_gradients(gating_name, policy, compile_mode):
   x, w_gate, wi, wo = _weights(1)
   target = tf.constant(np.random.RandomState(2).normal(size=(G, S, M)).astype(np.float32))
@@ -194,3 +194,31 @@ def test_bad_inputs_raise():
     moe.moe_ffn(x, w_gate, wi, wo, dispatch='scatter')
   with pytest.raises(ValueError, match='only applies to top2'):
     moe.moe_ffn(x, w_gate, wi, wo, gating='top1', second_expert_policy='random')
+
+
+def test_benchmark_tool_reports_consistent_figures(tmp_path):
+  """tools/moe_benchmark.py at toy sizes: it runs, and its ratios and FLOP counts follow their definitions."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  out = tmp_path / 'bench.json'
+  g, s, m, h = 2, 32, 8, 16
+  subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.moe_benchmark', f'--groups={g}',
+                  f'--group_size={s}', f'--model_dim={m}', f'--hidden_dim={h}', '--num_experts=4',
+                  '--dispatch=index', '--sweep_experts=4,8', '--matmul_dim=64', '--repeats=2', '--warmup=0',
+                  f'--json={out}'], check=True, capture_output=True, timeout=300)
+  results = json.loads(out.read_text())
+  rows = {r['name']: r for r in results['rows']}
+  assert list(rows) == ['matmul 64^3', f'dense FFN H={2 * h}', 'MoE index E=4 C=16', 'MoE index E=8 C=8']
+  dense = rows[f'dense FFN H={2 * h}']
+  assert dense['gflops'] * 1e9 == 3 * 2 * 2 * g * s * m * 2 * h
+  for name in ('MoE index E=4 C=16', 'MoE index E=8 C=8'):
+    r = rows[name]
+    e, c = r['experts'], r['capacity']
+    assert r['gflops'] * 1e9 == pytest.approx(3 * (4 * e * g * c * m * h + 2 * g * s * m * e))
+    assert r['over_dense'] == pytest.approx(r['median_ms'] / dense['median_ms'])
+    assert r['gflop_per_s'] == pytest.approx(r['gflops'] / r['median_ms'] * 1e3)
+  checks = {c['name']: c['value'] for c in results['checks']}
+  assert checks['index MoE / dense step time'] == rows['MoE index E=4 C=16']['over_dense']
+  assert checks['step E=8 / E=4'] == pytest.approx(rows['MoE index E=8 C=8']['median_ms'] /
+                                                   rows['MoE index E=4 C=16']['median_ms'])

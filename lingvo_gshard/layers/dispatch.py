@@ -9,7 +9,7 @@ Routing comes per choice, in the index form of `gating.GatingResult`: `expert_in
 marks a dropped choice (over capacity, padding, or not taken). Both paths compute the same function and the
 same gradients:
 
-  expert_in[E,G,C,M] = x[g, s]          for the choice (g, s, k) that holds slot (e, g, c); 0 for an empty slot
+  expert_in[E,G,C,M] = x[g, s]      for the choice (g, s, k) that holds slot (e, g, c); 0 for an empty slot
   y[G,S,M]           = sum_k gate[g,s,k] * expert_out[e_k, g, pos_k]          (dropped choices add nothing)
 
 einsum path (the paper's): `einsum('GSEC,GSM->EGCM', dispatch, x)` and `einsum('GSEC,EGCM->GSM', combine,
@@ -44,7 +44,7 @@ class DispatchPlan(NamedTuple):
   Slot index within a group: e·C + c. Choice index within a group: s·K + k.
 
   Attributes:
-    token_slot: [G,S,K] int32, slot of each choice; 0 (a valid row, weighted by 0) where the choice is dropped.
+    token_slot: [G,S,K] int32, slot of each choice; 0 (a valid row, weighted by 0) where dropped.
     kept: [G,S,K] bool, whether the choice holds a slot.
     slot_choice: [G,E,C] int32, choice holding each slot; 0 where the slot is empty.
     filled: [G,E,C] bool, whether the slot holds a choice.
@@ -201,7 +201,8 @@ def index_combine(expert_out, gate, plan: DispatchPlan, annotate: Optional[Annot
       d_expert_out = _tokens_to_slots(dy, plan, slot_gate, annotate)
       # Multiply + reduce rather than einsum: XLA CPU would make these a dot with G·S batches of [K,M]x[M],
       # each launched as its own matmul; as elementwise work they fuse into the gather.
-      d_gate = tf.where(plan.kept, tf.reduce_sum(rows * dy[:, :, tf.newaxis, :], axis=-1), tf.zeros_like(weight))
+      d_gate = tf.reduce_sum(rows * dy[:, :, tf.newaxis, :], axis=-1)
+      d_gate = tf.where(plan.kept, d_gate, tf.zeros_like(weight))
       return d_expert_out, d_gate
 
     return tf.reduce_sum(rows * weight[..., tf.newaxis], axis=2), _grad

@@ -1,0 +1,296 @@
+r"""Benchmarks the MoE FFN step (forward + backward) against a dense FFN of the same active FLOPs.
+
+  python -m lingvo_gshard.tools.moe_benchmark [--groups=4 --group_size=1024 --model_dim=256 \
+      --hidden_dim=1024 --num_experts=16 --capacity_factor=2.0 --sweep_experts=8,16,32,64,128] \
+      [--json=out.json] [--profile --intra_op_threads=1]
+
+Every step is jit-compiled and returns y and the gradients w.r.t. x and all weights. Measured in one process:
+  * dense: relu(x·wi)·wo with hidden 2H on the same G·S tokens: the FLOPs of top-2 routing at cf = 2;
+  * MoE at E = --num_experts with each dispatch path (--dispatch);
+  * the E sweep at fixed tokens (--sweep_experts, --sweep_dispatch);
+  * one large N x N x N matmul: the machine's achievable FLOP/s.
+Steps are timed round-robin (one call of each per round, --repeats rounds after --warmup calls), so a burst of
+load from other processes slows every row alike; the table gives median and min wall time, the spread
+(max-min)/median, and the median process CPU time split into user and system (system time is mostly page
+faults on fresh output buffers). Trace = Python tracing to a graph; compile = first call minus trace minus the
+median step. FLOPs count the matmuls executed: expert FFNs on all E·G·C slots (filled or not) plus the router,
+x3 for forward + backward.
+
+--profile prints where the time of the index step at --num_experts goes, per XLA op (from the XLA CPU
+runtime's trace events); with --intra_op_threads=1 ops run one at a time and the figures add up to the step.
+"""
+import collections
+import glob
+import json
+import os
+import re
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+import tensorflow as tf
+
+from lingvo_gshard.layers import gating
+from lingvo_gshard.layers import moe
+
+_GROUPS = flags.DEFINE_integer('groups', 4, 'G: groups of tokens.')
+_GROUP_SIZE = flags.DEFINE_integer('group_size', 1024, 'S: tokens per group.')
+_MODEL_DIM = flags.DEFINE_integer('model_dim', 256, 'M.')
+_HIDDEN_DIM = flags.DEFINE_integer('hidden_dim', 1024, 'H of each expert; the dense baseline uses 2H.')
+_NUM_EXPERTS = flags.DEFINE_integer('num_experts', 16, 'E of the main comparison.')
+_CAPACITY_FACTOR = flags.DEFINE_float('capacity_factor', 2.0, 'cf: C = int(S*cf/E), rounded up to 4.')
+_DISPATCH = flags.DEFINE_list('dispatch', ['index', 'einsum'], 'Dispatch paths compared at --num_experts.')
+_SWEEP_EXPERTS = flags.DEFINE_list('sweep_experts', ['8', '16', '32', '64', '128'],
+                                   'E values of the sweep at fixed tokens; empty to skip.')
+_SWEEP_DISPATCH = flags.DEFINE_list('sweep_dispatch', ['index'], 'Dispatch paths of the E sweep.')
+_MATMUL_DIM = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N x N x N matmul.')
+_REPEATS = flags.DEFINE_integer('repeats', 10, 'Timed rounds (one call of every step per round).')
+_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed calls of each step after compilation.')
+_INTRA_OP_THREADS = flags.DEFINE_integer('intra_op_threads', 0, 'TensorFlow/XLA threads; 0 = all cores.')
+_PROFILE = flags.DEFINE_bool('profile', False, 'Print the per-op time of the index step at --num_experts.')
+_JSON = flags.DEFINE_string('json', '', "Write the results as JSON to this path ('-' = stdout).")
+
+# The targets of the issue, on the 2-core CPU.
+_TARGET_MOE_OVER_DENSE = 1.15
+_TARGET_FLOPS_FRACTION = 0.80
+_TARGET_SWEEP_RATIO = 1.3
+
+
+def _grad_step(fn):
+  """jit-compiled step: y = fn(x, *params) and the gradients of <y, dy> + 0.01 aux w.r.t. x and every param.
+
+  y is returned, as a real network consumes it: a step returning only the gradients of this linear loss would
+  let XLA drop the dense FFN's second forward matmul (1/6 of its FLOPs) but not the MoE's (the gate gradient
+  needs the expert outputs).
+  """
+
+  @tf.function(jit_compile=True)
+  def _step(x, dy, *params):
+    with tf.GradientTape() as tape:
+      tape.watch([x, *params])
+      y, aux = fn(x, *params)
+      loss = tf.reduce_sum(y * dy) + 0.01 * aux
+    return [y] + tape.gradient(loss, [x, *params])
+
+  return _step
+
+
+def _dense_case(g, s, m, h, x, dy, rng):
+  def _fn(x, wi, wo):
+    hidden = tf.nn.relu(tf.einsum('GSM,MH->GSH', x, wi))
+    return tf.einsum('GSH,HM->GSM', hidden, wo), 0.0
+
+  wi = rng.normal(size=(m, 2 * h)) / np.sqrt(m)
+  wo = rng.normal(size=(2 * h, m)) / np.sqrt(2 * h)
+  return _Case(f'dense FFN H={2 * h}', _grad_step(_fn), [x, dy, wi, wo], 3 * 2 * (2 * g * s * m * 2 * h),
+               kind='dense')
+
+
+def _moe_case(g, s, m, h, e, cf, dispatch, x, dy, rng):
+  def _fn(x, w_gate, wi, wo):
+    y, aux, _ = moe.moe_ffn(x, w_gate, wi, wo, capacity_factor=cf, dispatch=dispatch)
+    return y, aux
+
+  w_gate = rng.normal(size=(m, e)) / np.sqrt(m)
+  wi = rng.normal(size=(e, m, h)) / np.sqrt(m)
+  wo = rng.normal(size=(e, h, m)) / np.sqrt(h)
+  c = gating.expert_capacity(s, e, cf)
+  flops = 3 * (2 * (2 * e * g * c * m * h) + 2 * g * s * m * e)
+  return _Case(f'MoE {dispatch} E={e} C={c}', _grad_step(_fn), [x, dy, w_gate, wi, wo], flops, kind='moe',
+               experts=e, capacity=c, dispatch=dispatch)
+
+
+def _matmul_case(n, rng):
+  @tf.function(jit_compile=True)
+  def _step(a, b):
+    return [tf.matmul(a, b)]
+
+  return _Case(f'matmul {n}^3', _step, [rng.normal(size=(n, n)), rng.normal(size=(n, n))], 2 * n**3,
+               kind='matmul')
+
+
+class _Case:
+  """One jit-compiled step with its arguments, FLOPs and timings."""
+
+  def __init__(self, name, step, args, flops, **info):
+    self.name, self.step, self.flops, self.info = name, step, flops, info
+    self.args = [tf.constant(a, tf.float32) for a in args]
+    self.times, self.user, self.system = [], [], []
+    self.trace_s = self.first_call_s = 0.0
+
+  def Prepare(self, warmup):
+    start = time.perf_counter()
+    self.step.get_concrete_function(*self.args)
+    self.trace_s = time.perf_counter() - start
+    self.first_call_s = self.Run()[0]
+    for _ in range(warmup):
+      self.Run()
+
+  def Run(self):
+    """One call, blocking until every output is computed. Returns (wall, user, system) seconds."""
+    wall, cpu = time.perf_counter(), os.times()
+    for t in self.step(*self.args):
+      t.numpy()
+    end = os.times()
+    return time.perf_counter() - wall, end.user - cpu.user, end.system - cpu.system
+
+  def Summary(self):
+    med = float(np.median(self.times))
+    return dict(name=self.name, median_ms=1e3 * med, min_ms=1e3 * min(self.times),
+                spread=(max(self.times) - min(self.times)) / med, user_ms=1e3 * float(np.median(self.user)),
+                system_ms=1e3 * float(np.median(self.system)), trace_s=self.trace_s,
+                compile_s=max(self.first_call_s - med, 0.0), gflops=self.flops / 1e9,
+                gflop_per_s=self.flops / med / 1e9, **self.info)
+
+
+def BuildCases():
+  """The steps to time, in the order they are reported: matmul, dense, MoE at --num_experts, the sweep."""
+  g, s, m, h = _GROUPS.value, _GROUP_SIZE.value, _MODEL_DIM.value, _HIDDEN_DIM.value
+  cf, rng = _CAPACITY_FACTOR.value, np.random.RandomState(0)
+  x, dy = rng.normal(size=(g, s, m)), rng.normal(size=(g, s, m))
+  cases = [_matmul_case(_MATMUL_DIM.value, rng), _dense_case(g, s, m, h, x, dy, rng)]
+  runs = [(_NUM_EXPERTS.value, d) for d in _DISPATCH.value]
+  runs += [(int(e), d) for d in _SWEEP_DISPATCH.value for e in _SWEEP_EXPERTS.value
+           if (int(e), d) not in runs]
+  for e, dispatch in runs:
+    if dispatch not in moe.DISPATCH_MODES:
+      raise app.UsageError(f'unknown dispatch {dispatch!r}; expected one of {moe.DISPATCH_MODES}')
+    cases.append(_moe_case(g, s, m, h, e, cf, dispatch, x, dy, rng))
+  return cases
+
+
+def TimeCases(cases, repeats, warmup):
+  for case in cases:
+    case.Prepare(warmup)
+  for _ in range(repeats):
+    for case in cases:  # round-robin: outside load hits every case alike
+      wall, user, system = case.Run()
+      case.times.append(wall)
+      case.user.append(user)
+      case.system.append(system)
+
+
+def Report(cases):
+  """Returns (table text, results dict) with the ratios the targets are stated in."""
+  matmul, dense = cases[0].Summary(), cases[1].Summary()
+  moe_rows = [c.Summary() for c in cases[2:]]
+  for r in moe_rows:
+    r['over_dense'] = r['median_ms'] / dense['median_ms']
+    r['over_dense_min'] = r['min_ms'] / dense['min_ms']
+  for r in [matmul, dense] + moe_rows:
+    r['flops_fraction'] = r['gflop_per_s'] / matmul['gflop_per_s']
+  checks = []
+  main = [r for r in moe_rows if r['dispatch'] == 'index' and r['experts'] == _NUM_EXPERTS.value]
+  if main:
+    checks.append(('index MoE / dense step time', main[0]['over_dense'], '<=', _TARGET_MOE_OVER_DENSE))
+    checks.append(('index MoE FLOP/s / matmul FLOP/s', main[0]['flops_fraction'], '>=',
+                   _TARGET_FLOPS_FRACTION))
+  sweep = sorted((r for r in moe_rows if r['dispatch'] == 'index'), key=lambda r: r['experts'])
+  if len(sweep) > 1:
+    lo, hi = sweep[0], sweep[-1]
+    checks.append((f'step E={hi["experts"]} / E={lo["experts"]}', hi['median_ms'] / lo['median_ms'], '<=',
+                   _TARGET_SWEEP_RATIO))
+  lines = [f'{"step":<24}{"median ms":>10}{"min ms":>8}{"spread":>7}{"user ms":>8}{"sys ms":>7}{"trace s":>8}'
+           f'{"compile s":>10}{"GFLOP/s":>8}{"/dense":>7}{"/matmul":>8}']
+  for r in [matmul, dense] + moe_rows:
+    ratio = f'{r["over_dense"]:>7.2f}' if 'over_dense' in r else f'{"":>7}'
+    lines.append(f'{r["name"]:<24}{r["median_ms"]:>10.1f}{r["min_ms"]:>8.1f}{r["spread"]:>7.2f}'
+                 f'{r["user_ms"]:>8.0f}{r["system_ms"]:>7.0f}{r["trace_s"]:>8.2f}{r["compile_s"]:>10.2f}'
+                 f'{r["gflop_per_s"]:>8.0f}{ratio}{r["flops_fraction"]:>8.2f}')
+  lines.append('')
+  for name, value, op, target in checks:
+    met = value <= target if op == '<=' else value >= target
+    lines.append(f'{name:<36}{value:6.2f}   target {op} {target:<5} {"met" if met else "MISSED"}')
+  results = dict(rows=[matmul, dense] + moe_rows, checks=[dict(name=n, value=v, op=o, target=t)
+                                                          for n, v, o, t in checks])
+  return '\n'.join(lines), results
+
+
+def ProfileStep(case, calls=5):
+  """Per-XLA-op milliseconds per call of `case`, from the runtime's trace events, largest first."""
+  # Imported here: only --profile needs the profiler's protos.
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  logdir = tempfile.mkdtemp(prefix='moe_benchmark_profile_')
+  tf.profiler.experimental.start(logdir)
+  for _ in range(calls):
+    case.Run()
+  tf.profiler.experimental.stop()
+  space = xplane_pb2.XSpace()
+  with open(glob.glob(os.path.join(logdir, '**', '*.xplane.pb'), recursive=True)[0], 'rb') as f:
+    space.ParseFromString(f.read())
+  # HLO instruction name -> shape and opcode, to label the events.
+  labels = {}
+  for line in case.step.experimental_get_compiler_ir(*case.args)(stage='optimized_hlo').split('\n'):
+    m = re.match(r'\s*(?:ROOT )?%(\S+) = (\S+) ([\w-]+)\(', line)
+    if m:
+      labels[m.group(1)] = f'{m.group(3)} {m.group(2)}'
+  totals = collections.Counter()
+  for plane in space.planes:
+    names = {k: v.name for k, v in plane.event_metadata.items()}
+    for line in plane.lines:
+      for event in line.events:
+        name = names.get(event.metadata_id, '')
+        if name in labels:
+          totals[name] += event.duration_ps / 1e9 / calls
+  return [(name, ms, labels[name]) for name, ms in totals.most_common()]
+
+
+def _ProfileText(case):
+  ops = ProfileStep(case)
+  total = sum(ms for _, ms, _ in ops)
+  groups = collections.Counter()
+  for _, ms, label in ops:
+    opcode, shape = label.split(' ', 1)
+    if opcode == 'dot':
+      rank = shape.split(']')[0].count(',') + 1
+      groups['expert matmuls' if rank >= 3 else 'router matmuls'] += ms
+    else:
+      groups['everything else (gating, dispatch, combine, activation)'] += ms
+  lines = [f'Per-op time of {case.name}, ms per step ({total:.1f} ms in ops; with several threads, '
+           'concurrent ops overlap):']
+  lines += [f'  {ms:7.2f}  {ms / total:5.1%}  {name}' for name, ms in groups.most_common()]
+  lines += [f'  {ms:7.2f}  {name:<28} {label}' for name, ms, label in ops[:15]]
+  return '\n'.join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _REPEATS.value < 1:
+    raise app.UsageError(f'--repeats must be >= 1, got {_REPEATS.value}')
+  if _PROFILE.value:
+    # Read when XLA first compiles, which has not happened yet: the CPU runtime then emits per-op events.
+    xla_flags = os.environ.get('XLA_FLAGS', '')
+    os.environ['XLA_FLAGS'] = f'{xla_flags} --xla_cpu_enable_xprof_traceme=true'.strip()
+  if _INTRA_OP_THREADS.value:
+    tf.config.threading.set_intra_op_parallelism_threads(_INTRA_OP_THREADS.value)
+  load_before = os.getloadavg()[0]
+  cases = BuildCases()
+  TimeCases(cases, _REPEATS.value, _WARMUP.value)
+  text, results = Report(cases)
+  results['config'] = dict(
+      groups=_GROUPS.value, group_size=_GROUP_SIZE.value, model_dim=_MODEL_DIM.value,
+      hidden_dim=_HIDDEN_DIM.value, capacity_factor=_CAPACITY_FACTOR.value, repeats=_REPEATS.value,
+      intra_op_threads=_INTRA_OP_THREADS.value, xla_flags=os.environ.get('XLA_FLAGS', ''),
+      tf_version=tf.__version__, load_average_1min=[load_before, os.getloadavg()[0]])
+  print(f'G={_GROUPS.value} S={_GROUP_SIZE.value} M={_MODEL_DIM.value} H={_HIDDEN_DIM.value} '
+        f'cf={_CAPACITY_FACTOR.value}; {_REPEATS.value} rounds; load average {load_before:.1f} -> '
+        f'{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores')
+  print(text)
+  if _PROFILE.value:
+    main_case = [c for c in cases if c.info.get('dispatch') == 'index' and
+                 c.info.get('experts') == _NUM_EXPERTS.value]
+    if main_case:
+      print()
+      print(_ProfileText(main_case[0]))
+  if _JSON.value == '-':
+    print(json.dumps(results, indent=1))
+  elif _JSON.value:
+    with open(_JSON.value, 'w') as f:
+      json.dump(results, f, indent=1)
+
+
+if __name__ == '__main__':
+  app.run(main)
