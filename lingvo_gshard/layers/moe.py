@@ -124,9 +124,13 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
   if dispatch == 'index':
     plan = dispatch_lib.make_plan(routing.expert_index, routing.position, routing.gate, num_experts, capacity)
     expert_in = dispatch_lib.index_dispatch(x, plan, annotate)
+    slot_used = tf.cast(plan.filled, tf.float32)  # [G,E,C]
   else:
-    combine = tf.cast(routing.combine, x.dtype)
-    expert_in = dispatch_lib.einsum_dispatch(x, tf.cast(combine > 0, x.dtype))
+    combine = routing.combine  # float32, so that no small gate rounds to 0 before the mask is taken
+    slot_used = tf.cast(combine > 0, tf.float32)  # [G,S,E,C]
+    expert_in = dispatch_lib.einsum_dispatch(x, tf.cast(slot_used, x.dtype))
+    combine = tf.cast(combine, x.dtype)
+    slot_used = tf.reduce_sum(slot_used, axis=1)  # [G,E,C]
   expert_in = annotate(expert_in, ('expert', 'group', 'capacity', 'model'))
 
   hidden = activation(tf.einsum('EGCM,EMH->EGCH', expert_in, tf.cast(wi, x.dtype)))
@@ -139,21 +143,17 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
   else:
     y = dispatch_lib.einsum_combine(expert_out, combine)
   y = annotate(y, ('group', 'length', 'model'))
-  return y, routing.aux_loss, _stats(routing)
+  return y, routing.aux_loss, _stats(routing, slot_used)
 
 
-def _stats(routing: gating_lib.GatingResult) -> Dict[str, tf.Tensor]:
-  """Everything a trainer logs per MoE layer (see moe_ffn)."""
-  e, c = routing.num_experts, routing.capacity
-  groups = tf.cast(tf.shape(routing.gate)[0], tf.float32)
-  per_expert = tf.one_hot(routing.expert_index, e, dtype=tf.float32) * tf.cast(routing.kept, tf.float32)[
-      ..., tf.newaxis]
+def _stats(routing: gating_lib.GatingResult, slot_used) -> Dict[str, tf.Tensor]:
+  """Everything a trainer logs per MoE layer (see moe_ffn). slot_used: [G,E,C] 1.0 where a slot is filled."""
   stats = dict(routing.summaries())
   stats.update(
       load=routing.load,
       load_max=tf.reduce_max(routing.load),
       load_mean=tf.reduce_mean(routing.load),
       load_max_over_mean=tf.reduce_max(routing.load) / tf.maximum(tf.reduce_mean(routing.load), 1e-9),
-      expert_fill=tf.reduce_sum(per_expert, axis=[0, 1, 2]) / (groups * c),
+      expert_fill=tf.reduce_mean(slot_used, axis=[0, 2]),
   )
   return stats
