@@ -5,4 +5,5 @@ can too.
 """
 EXPERIMENT_MODULES = (
     'gshard_paper',
+    'm4_tiny',
 )

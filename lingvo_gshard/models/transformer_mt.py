@@ -65,7 +65,9 @@ class TransformerMT(base_layer.BaseLayer):
     dec = p.decoder.Copy().Set(layer_tpl=dec_layer)
     for stack in (enc, dec):
       if stack.moe_tpl is not None:
-        stack.moe_tpl = stack.moe_tpl.Copy().Set(input_dim=p.model_dim, hidden_dim=p.hidden_dim)
+        # Experts default to the dense FFN's shape (the paper); an experiment may size them otherwise.
+        stack.moe_tpl = stack.moe_tpl.Copy().Set(input_dim=p.model_dim,
+                                                 hidden_dim=stack.moe_tpl.hidden_dim or p.hidden_dim)
     self.CreateChild('encoder', enc)
     self.CreateChild('decoder', dec)
 

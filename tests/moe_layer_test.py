@@ -1,0 +1,114 @@
+"""The MoE layer under the sharding backends: DTensor on 8 devices equals 1 device; XLA HLO shardings."""
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.experimental import dtensor
+
+from lingvo_gshard.core import sharding
+from lingvo_gshard.layers import basic
+from lingvo_gshard.layers import moe_layer
+
+B, L, M, H = 8, 16, 16, 32
+
+
+def _Layer(num_experts, **kw):
+  return moe_layer.MoELayer.Params().Set(input_dim=M, hidden_dim=H, num_experts=num_experts, group_size=16,
+                                          **kw)
+
+
+def _Run(partitioner, num_experts, dispatch='index'):
+  """Output, aux loss and gradients (wrt x and every weight) of one layer call under `partitioner`."""
+  with sharding.use(partitioner):
+    layer = _Layer(num_experts, dispatch=dispatch).Instantiate().InstantiateVariables(partitioner)
+    variables = dict(layer.IterVariables())
+
+    def Step(x, paddings):
+      with sharding.use(partitioner):
+        with tf.GradientTape() as tape:
+          tape.watch(x)
+          y, aux, stats = layer.FProp(x, paddings)
+          loss = tf.reduce_sum(y * y) + aux
+        grads = tape.gradient(loss, [x] + list(variables.values()))
+        return y, aux, stats['load'], dict(zip(['x'] + list(variables), grads))
+
+    x = tf.random.stateless_normal([B, L, M], seed=[4, 2])
+    paddings = tf.cast(tf.random.stateless_uniform([B, L], seed=[5, 5]) < 0.2, tf.float32)
+    out = partitioner.Function(Step)(partitioner.ToDevice(x, ('batch', 'length', 'model')),
+                                     partitioner.ToDevice(paddings, ('batch', 'length')))
+    y, aux, load, grads = out
+    return (partitioner.Fetch(y), partitioner.Fetch(aux), partitioner.Fetch(load),
+            {k: partitioner.Fetch(g) for k, g in grads.items()}, layer)
+
+
+@pytest.mark.parametrize('num_experts,mesh', [(8, 'data:8'), (16, 'data:8'), (8, 'data:2,expert:4'),
+                                              (16, 'data:2,expert:4')])
+def test_dtensor_layer_equals_single_device(num_experts, mesh):
+  y0, aux0, load0, g0, _ = _Run(sharding.Partitioner('none'), num_experts)
+  partitioner = sharding.Partitioner('dtensor', mesh)
+  y1, aux1, load1, g1, layer = _Run(partitioner, num_experts)
+  np.testing.assert_allclose(y1, y0, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(aux1, aux0, rtol=1e-5)
+  np.testing.assert_allclose(load1, load0, rtol=1e-5, atol=1e-7)
+  assert aux0 > 0 and np.abs(y0).max() > 0
+  for k in g0:
+    np.testing.assert_allclose(g1[k], g0[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert np.abs(g0[k]).max() > 0, k
+  # Each device holds E / (expert axis size) experts of wi and wo; the gate is replicated.
+  expert_axis = 'expert' if 'expert' in mesh else 'data'
+  local = num_experts // partitioner.mesh.AxisSize(expert_axis)
+  variables = dict(layer.IterVariables())
+  for name in ('wi', 'wo'):
+    shards = dtensor.unpack(variables[f'moelayer.{name}'].read_value())
+    assert len(shards) == 8 and all(s.shape[0] == local for s in shards)
+  assert all(s.shape == (M, num_experts) for s in dtensor.unpack(variables['moelayer.gate'].read_value()))
+
+
+def test_index_and_einsum_layers_agree():
+  y0, aux0, _, g0, _ = _Run(sharding.Partitioner('none'), 8, dispatch='einsum')
+  y1, aux1, _, g1, _ = _Run(sharding.Partitioner('none'), 8, dispatch='index')
+  np.testing.assert_allclose(y1, y0, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(aux1, aux0, rtol=1e-6)
+  for k in g0:
+    np.testing.assert_allclose(g1[k], g0[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_one_expert_layer_equals_dense_ffn():
+  """E = 1 with capacity >= S: every token goes to the one expert with gate 1, i.e. a dense FFN (top-1
+  routing: top-2 needs a second expert)."""
+  p = _Layer(1, gating='top1', capacity_factor=1.0, eval_capacity_factor=1.0)
+  layer = p.Instantiate().InstantiateVariables()
+  dense = basic.FeedForward.Params().Set(input_dim=M, hidden_dim=H).Instantiate().InstantiateVariables()
+  dense._vars['wi'].assign(layer._vars['wi'][0])
+  dense._vars['wo'].assign(layer._vars['wo'][0])
+  x = tf.random.stateless_normal([B, L, M], seed=[1, 9])
+  y_moe, _, _ = layer.FProp(x)
+  y_dense, _, _ = dense.FProp(x)
+  np.testing.assert_allclose(y_moe.numpy(), y_dense.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_xla_hlo_splits_experts_on_e_and_inputs_on_g():
+  partitioner = sharding.Partitioner('xla', 'data:2,expert:4')
+  with sharding.use(partitioner):
+    layer = _Layer(8).Instantiate().InstantiateVariables(partitioner)
+
+    def F(x):
+      with sharding.use(partitioner):
+        return layer.FProp(x)[0]
+
+    x = tf.random.stateless_normal([B, L, M], seed=[4, 2])
+    hlo = tf.function(F, jit_compile=True).experimental_get_compiler_ir(x)(stage='hlo')
+  found = set()
+  for line in hlo.splitlines():
+    if 'custom_call_target="Sharding"' in line:
+      shape = re.search(r'= f32\[([\d,]*)\]', line).group(1)
+      tiles = re.search(r'sharding=\{(replicated|devices=\[[\d,]+\])', line).group(1)
+      found.add((shape, tiles))
+  g = B * L // 16
+  assert ('8,16,32', 'devices=[4,1,1,2]') in found    # wi [E,M,H]: E over 'expert', copies over 'data'
+  assert ('8,32,16', 'devices=[4,1,1,2]') in found    # wo [E,H,M]
+  assert (f'{g},16,16', 'devices=[2,1,1,4]') in found  # x [G,S,M]: G over 'data'
+  assert ('16,8', 'replicated') in found               # gate [M,E]
+  # The dispatched buffer [E,G,C,M]: E over 'expert' and G over 'data' - the all-to-all boundary.
+  assert any(s.startswith(f'8,{g},') and t == 'devices=[4,2,1,1]' for s, t in found), found
