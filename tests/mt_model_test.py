@@ -144,3 +144,45 @@ def Overfit(p, steps, lr=1e-2):
 
 def test_tiny_dense_overfits():
   assert Overfit(TinyParams(label_smoothing=0.0), 200) < 0.05
+
+
+def _LossAndGrads(model, batch):
+  variables = [v for _, v in model.IterVariables()]
+  with tf.GradientTape() as tape:
+    loss, _ = model.FProp(batch)
+  return float(loss), [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, variables)]
+
+
+def test_remat_gives_the_same_loss_and_gradients():
+  from lingvo_gshard.layers import moe_layer
+  def Params(remat):
+    p = TinyParams()
+    for stack in (p.encoder, p.decoder):
+      stack.remat = remat
+      stack.moe_tpl = moe_layer.MoELayer.Params().Set(num_experts=4, group_size=12)
+    return p
+  batch = Unpacked(Examples())
+  plain, remat = (Params(r).Instantiate().InstantiateVariables() for r in (False, True))
+  loss0, g0 = _LossAndGrads(plain, batch)
+  loss1, g1 = _LossAndGrads(remat, batch)
+  # MoE routing stats survive rematerialisation (encoder and decoder MoE layers).
+  stats = [k for k in remat.FProp(batch)[1] if k.startswith('moe/') and k.endswith('/aux_loss')]
+  assert len(stats) == 2, stats
+  assert loss0 == pytest.approx(loss1, rel=1e-6)
+  for a, b in zip(g0, g1):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_bfloat16_activations_track_float32():
+  batch = Unpacked(Examples())
+  f32 = TinyParams().Instantiate().InstantiateVariables()
+  bf16 = TinyParams(fprop_dtype=tf.bfloat16).Instantiate().InstantiateVariables()  # same seeds: same weights
+  loss32, g32 = _LossAndGrads(f32, batch)
+  loss16, g16 = _LossAndGrads(bf16, batch)
+  assert loss16 == pytest.approx(loss32, rel=0.02)
+  assert all(np.isfinite(g).all() for g in g16)
+  _, m = bf16.FProp(batch)
+  assert m['per_token_xent'].dtype == tf.float32
+  cos = [np.dot(a.ravel(), b.ravel()) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30) for a, b in zip(g32, g16)
+         if np.linalg.norm(a) > 0]
+  assert np.median(cos) > 0.99

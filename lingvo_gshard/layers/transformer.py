@@ -109,13 +109,16 @@ class TransformerStack(base_layer.BaseLayer):
     for i, layer in enumerate(self.layers):
       layer_seed = base_layer.FoldSeed(seed, layer.path)
 
-      def Run(x, layer=layer, layer_seed=layer_seed):
+      # Every tensor the layer reads is an argument, not a capture: tf.recompute_grad differentiates only
+      # its arguments (and variables), so a captured encoder output would silently get no gradient.
+      def Run(x, paddings, self_bias, source, cross_bias, layer=layer, layer_seed=layer_seed):
         return layer.FProp(x, paddings, self_bias, source, cross_bias, seed=layer_seed)
 
+      args = (x, paddings, self_bias, source, cross_bias)
       if self.p.remat:
-        x, aux, stats = _Remat(Run, x)
+        x, aux, stats = _Remat(Run, args)
       else:
-        x, aux, stats = Run(x)
+        x, aux, stats = Run(*args)
       aux_total += aux
       if stats:
         all_stats[layer.p.name] = stats
@@ -132,7 +135,14 @@ class TransformerStack(base_layer.BaseLayer):
     return self.final_ln(x), new_caches
 
 
-def _Remat(fn, x):
-  """Runs fn(x) -> (x, aux, stats) under tf.recompute_grad; stats are recomputed outside the tape."""
-  out = tf.recompute_grad(lambda x: fn(x)[:2])(x)
-  return out[0], out[1], {}
+def _Remat(fn, args):
+  """fn(*args) -> (x, aux, stats) under tf.recompute_grad; None arguments (no source) are passed through."""
+  present = [i for i, a in enumerate(args) if a is not None]
+
+  def Inner(*tensors):
+    full = list(args)
+    for i, t in zip(present, tensors):
+      full[i] = t
+    return fn(*full)
+
+  return tf.recompute_grad(Inner)(*[args[i] for i in present])

@@ -74,7 +74,8 @@ class TransformerMT(base_layer.BaseLayer):
   # --- pieces -------------------------------------------------------------------------------------------
 
   def _Embed(self, emb_layer, ids, positions, seed, name):
-    x = emb_layer(ids)
+    # Activations run in fprop_dtype (e.g. bfloat16) from here on; weights stay float32 and are cast at use.
+    x = tf.cast(emb_layer(ids), self.fprop_dtype)
     if self.p.position == 'learned':
       x += tf.cast(tf.gather(self.w.pos_emb, positions), x.dtype)
     else:
