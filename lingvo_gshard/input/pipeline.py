@@ -1,0 +1,208 @@
+"""The translation input: a built corpus -> temperature mixture -> SentencePiece -> length filter -> packed,
+batched rows in the format of models/transformer_mt.py. What an experiment's Train()/Dev()/Test() configure.
+
+    p = pipeline.MTInput.Params().Set(data_dir='/tmp/gshard_data', batch_rows=32)
+    inp = p.Instantiate()
+    for batch in inp.Dataset(): ...               # dicts of [batch_rows, L] tensors (packing.FEATURES)
+    inp.EffectiveDistribution()                   # {lang: share of the examples drawn}
+    inp.Stats()                                   # examples read, dropped as too long (source / target)
+
+Per language: LoadSplit -> shuffle (buffer per language, seeded) -> repeat (training). Then mixture.Mix at
+temperature T, windows of `pack_window` examples -> tokenize (one batched SentencePiece call) -> eos -> drop
+the too-long (counted) -> pack first-fit or pad one per row -> rows -> batches of `batch_rows` -> prefetch.
+Everything is deterministic given `seed` (tf.data's deterministic order is kept through the parallel map).
+
+Batches have static shapes: training repeats forever and batches are full; with repeat=False every example
+appears exactly once and the last batch is padded with empty rows (weight 0).
+"""
+from absl import logging
+import tensorflow as tf
+
+from lingvo_gshard.core import hyperparams
+from lingvo_gshard.data import corpus
+from lingvo_gshard.data import reader
+from lingvo_gshard.data import report as report_lib
+from lingvo_gshard.input import mixture
+from lingvo_gshard.input import packing
+from lingvo_gshard.input import tokenizer
+
+STATS = ('examples', 'dropped', 'source_too_long', 'target_too_long')
+
+
+def VocabParams():
+  """Where the SentencePiece models live and how they are trained (tokenizer.EnsureVocabularies)."""
+  p = hyperparams.Params()
+  p.Define('dir', '', "Directory of the models; '' = DATA_DIR/vocab. Train, Dev and Test must agree.")
+  p.Define('kind', 'shared', "'shared': one model for sources and targets; 'separate': a source and a "
+           'target (English) model.')
+  p.Define('source_size', 8000, 'Pieces in the source (or shared) model, reserved ids included.')
+  p.Define('target_size', 8000, 'Pieces in the target model (= source_size when shared).')
+  p.Define('languages', [], 'Languages of the text sample (empty = all in the manifest); tags are made '
+           'for every language regardless.')
+  p.Define('temperature', 5.0, 'T of the temperature-sampled text sample.')
+  p.Define('sample_sentences', 300000, 'Sentences SentencePiece is trained on (per model).')
+  p.Define('seed', 1, 'Seed of the text sample.')
+  p.Define('train_if_missing', True, 'Train a missing model on first use (else it is an error).')
+  return p
+
+
+class MTInput:
+  """X -> English translation batches from a built gettext_m4 data directory (see module docstring)."""
+
+  @classmethod
+  def Params(cls):
+    p = hyperparams.InstantiableParams(cls)
+    p.Define('name', 'input', 'Name of this input (for logs).')
+    p.Define('data_dir', '', 'A data directory built by lingvo_gshard.tools.prepare_data.')
+    p.Define('split', 'train', "'train', 'dev' or 'test'.")
+    p.Define('languages', [], 'Source languages (manifest tags); empty = all. One language = bilingual.')
+    p.Define('temperature', 5.0, 'Mixture temperature T: p_l ∝ n_l^(1/T); 1 = natural proportions.')
+    p.Define('max_source_length', 64, 'Examples whose source pieces + eos exceed this are dropped, counted.')
+    p.Define('max_target_length', 64, 'Examples whose target pieces + eos exceed this are dropped, counted.')
+    p.Define('packing', True, 'Pack several examples per row; False: one example per row, padded to the '
+             'max lengths.')
+    p.Define('packed_source_length', 256, 'Ls of packed rows (>= max_source_length).')
+    p.Define('packed_target_length', 256, 'Lt of packed rows (>= max_target_length).')
+    p.Define('pack_window', 1024, 'Examples packed together (first-fit inside a window).')
+    p.Define('batch_rows', 32, 'Rows per batch (static): packed rows or, unpacked, examples.')
+    p.Define('shuffle_buffer', 1000, 'Shuffle buffer per language, in examples; 0 = stored order. The first '
+             'batch waits for every buffer to fill: sum over languages of min(buffer, n_l) examples.')
+    p.Define('repeat', True, 'Repeat forever (training). False: each example once, last batch padded.')
+    p.Define('seed', 1234, 'Seed of shuffling and of the mixture draws.')
+    p.Define('vocab', VocabParams(), 'The SentencePiece vocabularies.')
+    return p
+
+  def __init__(self, params, log=None):
+    self.p = params.Copy().Freeze()
+    self._log = log or logging.info
+    p = self.p
+    if not p.data_dir:
+      raise report_lib.DataError(f'{p.name}: data_dir is not set')
+    for side in ('source', 'target'):
+      packed, longest = p.Get(f'packed_{side}_length'), p.Get(f'max_{side}_length')
+      if longest < 1 or (p.packing and packed < longest):
+        raise report_lib.DataError(f'{p.name}: need 1 <= max_{side}_length ({longest}) <= '
+                                   f'packed_{side}_length ({packed}) when packing')
+    if p.split not in corpus.SPLITS:
+      raise report_lib.DataError(f'{p.name}: unknown split {p.split!r} (have: {", ".join(corpus.SPLITS)})')
+    for name in ('batch_rows', 'pack_window'):
+      if p.Get(name) < 1:
+        raise report_lib.DataError(f'{p.name}: {name} must be >= 1, got {p.Get(name)}')
+    self._manifest = reader.LoadManifest(p.data_dir)
+    self._languages = self._SplitLanguages()
+    self._vocabs = None
+    with tf.init_scope():
+      self._stats = {name: tf.Variable(0, dtype=tf.int64, trainable=False, name=name) for name in STATS}
+
+  def _SplitLanguages(self):
+    p = self.p
+    langs = mixture.CheckLanguages(self._manifest, p.languages, p.data_dir)
+    empty = [lang for lang in langs if not self._manifest['languages'][lang][p.split]]
+    if empty and p.languages:
+      raise report_lib.DataError(f'{p.name}: language {empty[0]!r} has no {p.split} examples in '
+                                 f'{p.data_dir}')
+    if empty:
+      self._log(f'{p.name}: {len(empty)} languages have no {p.split} examples, left out: {", ".join(empty)}')
+    langs = [lang for lang in langs if lang not in empty]
+    if not langs:
+      raise report_lib.DataError(f'{p.name}: no language has {p.split} examples in {p.data_dir}')
+    return langs
+
+  @property
+  def languages(self):
+    return list(self._languages)
+
+  def Vocabularies(self):
+    """(source, target) tokenizer.Vocabulary, trained on first use if missing (see VocabParams)."""
+    if self._vocabs is None:
+      v = self.p.vocab
+      self._vocabs = tokenizer.EnsureVocabularies(
+          self.p.data_dir, v.dir, v.kind, v.source_size, v.target_size, v.languages, v.temperature,
+          v.sample_sentences, v.seed, v.train_if_missing, log=self._log)
+    return self._vocabs
+
+  def Counts(self):
+    """{lang: examples in this split}."""
+    return {lang: self._manifest['languages'][lang][self.p.split] for lang in self._languages}
+
+  def EffectiveDistribution(self):
+    """{lang: expected share of the examples this input yields}.
+
+    Repeating: the temperature weights. Not repeating: every example once, so the natural shares (the
+    weights then only decide the interleaving order).
+    """
+    counts = self.Counts()
+    if self.p.repeat:
+      return mixture.TemperatureWeights(counts, self.p.temperature)
+    total = sum(counts.values())
+    return {lang: n / total for lang, n in counts.items()}
+
+  def Mixture(self):
+    """The mixed stream of {'lang', 'source', 'target'} strings, before tokenization."""
+    p = self.p
+    counts = self.Counts()
+    weights = mixture.TemperatureWeights(counts, p.temperature)
+    if p.repeat:
+      self._log(f'{p.name}: {mixture.Describe(counts, weights, p.temperature)}')
+    else:
+      self._log(f'{p.name}: {len(counts)} languages, {sum(counts.values())} {p.split} examples, each once')
+    datasets = {}
+    for i, lang in enumerate(self._languages):
+      ds = reader.LoadSplit(p.data_dir, lang, p.split)
+      if p.shuffle_buffer:
+        ds = ds.shuffle(min(p.shuffle_buffer, counts[lang]), seed=p.seed + 1 + i,
+                        reshuffle_each_iteration=True)
+      datasets[lang] = ds.repeat() if p.repeat else ds
+    return mixture.Mix(datasets, weights, p.seed, stop_on_empty_dataset=p.repeat)
+
+  def Stats(self):
+    """Counters of what the pipeline has read so far (prefetched windows included): see STATS."""
+    return {name: int(v.numpy()) for name, v in self._stats.items()}
+
+  def _Window(self, window):
+    """A window of string examples -> its rows (dict of [R, L] tensors)."""
+    p = self.p
+    src_vocab, tgt_vocab = self.Vocabularies()
+    n = tf.shape(window['source'])[0]
+    eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], tokenizer.EOS_ID))
+    src = tf.concat([src_vocab.Tokenize(window['source']), eos], axis=1)
+    tgt = tf.concat([tgt_vocab.Tokenize(window['target']), eos], axis=1)
+    src_ok = src.row_lengths() <= p.max_source_length
+    tgt_ok = tgt.row_lengths() <= p.max_target_length
+    keep = src_ok & tgt_ok
+    count = lambda mask: tf.reduce_sum(tf.cast(mask, tf.int64))
+    updates = [self._stats['examples'].assign_add(tf.cast(n, tf.int64)),
+               self._stats['dropped'].assign_add(count(~keep)),
+               self._stats['source_too_long'].assign_add(count(~src_ok)),
+               self._stats['target_too_long'].assign_add(count(~tgt_ok))]
+    with tf.control_dependencies(updates):
+      src = tf.ragged.boolean_mask(src, keep)
+    tgt = tf.ragged.boolean_mask(tgt, keep)
+    tags = tf.fill([tf.shape(src.row_lengths())[0]], tgt_vocab.TagId(tokenizer.TARGET_LANGUAGE))
+    if p.packing:
+      return packing.Pack(src, tgt, tags, p.packed_source_length, p.packed_target_length)
+    return packing.Unpacked(src, tgt, tags, p.max_source_length, p.max_target_length)
+
+  def RowLengths(self):
+    """(Ls, Lt) of the rows this input yields."""
+    p = self.p
+    if p.packing:
+      return p.packed_source_length, p.packed_target_length
+    return p.max_source_length, p.max_target_length
+
+  def Dataset(self):
+    """The tf.data.Dataset of batches: dicts of [batch_rows, Ls or Lt] tensors (packing.FEATURES)."""
+    p = self.p
+    self.Vocabularies()  # Trains or checks the models now, outside tf.data's tracing.
+    ds = self.Mixture().batch(p.pack_window)
+    ds = ds.map(self._Window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.unbatch().batch(p.batch_rows, drop_remainder=p.repeat)
+    src_len, tgt_len = self.RowLengths()
+    shapes = {name: [p.batch_rows, src_len if name.startswith('src') else tgt_len]
+              for name in packing.FEATURES}
+    if not p.repeat:
+      ds = ds.map(lambda batch: packing.PadRows(batch, p.batch_rows))
+    ds = ds.map(lambda batch: {k: tf.ensure_shape(v, shapes[k]) for k, v in batch.items()})
+    options = tf.data.Options()
+    options.deterministic = True
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
