@@ -245,4 +245,7 @@ def Dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor], name: str) -> 
   """Stateless dropout; identity when `seed` is None (evaluation) or `rate` is 0."""
   if seed is None or not rate:
     return x
-  return tf.nn.experimental.stateless_dropout(x, rate, seed=FoldSeed(seed, name))
+  # Philox explicitly: tf.nn.experimental.stateless_dropout's 'auto_select' generator runs ~70x slower under
+  # XLA on CPU (170 ms vs 2.3 ms for 0.5 M draws) and draws differently there than in graph mode.
+  keep = tf.random.stateless_uniform(tf.shape(x), FoldSeed(seed, name), alg='philox') >= rate
+  return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
