@@ -158,12 +158,19 @@ def test_bilingual_is_a_mixture_of_one(data_dir):
   assert {x['lang'] for x in repeated.Mixture().take(500).as_numpy_iterator()} == {b'ru'}
 
 
-def test_dev_split_and_languages_without_examples(data_dir):
+def test_dev_split_and_languages_without_examples(data_dir, tmp_path):
   inp = _Input(data_dir, split='dev', repeat=False, shuffle_buffer=0)
-  dev = reader.LoadManifest(data_dir)['languages']
-  assert inp.languages == [lang for lang in dev if dev[lang]['dev']]
+  assert inp.languages == reader.Languages(data_dir)
   want, _, _ = _Expected(data_dir, 'dev', inp.languages, 48, 48)
   assert collections.Counter(_Examples(_Batches(inp))) == collections.Counter(want)
+  # A language without dev examples is left out (logged) of "all languages", an error when asked for.
+  small = input_helpers.BuildCorpus(str(tmp_path), {'de': 60, 'ru': 2})
+  assert reader.LoadManifest(small)['languages']['ru']['dev'] == 0  # 3 pairs: all fell in train.
+  lines = []
+  inp = input_helpers.InputParams(small, split='dev').Instantiate(lines.append)
+  assert inp.languages == ['de'] and lines == ['input: 1 languages have no dev examples, left out: ru']
+  with pytest.raises(report.DataError, match=_OneLine(f"input: language 'ru' has no dev examples in {small}")):
+    input_helpers.InputParams(small, split='dev', languages=['de', 'ru']).Instantiate(_Quiet)
 
 
 def _OneLine(pattern):

@@ -91,7 +91,8 @@ def test_sample_is_temperature_balanced_and_seeded(data_dir):
   assert got == mixture.Apportion(mixture.TemperatureWeights(counts, 5.0), 1200)
   # ja (~60 pairs) is up-sampled: each pair floor or ceil times; de (~400) down-sampled: none twice.
   ja = collections.Counter(p for p in pairs if owner[p] == 'ja')
-  assert set(ja.values()) <= {got['ja'] // counts['ja'], got['ja'] // counts['ja'] + 1} and len(ja) == counts['ja']
+  assert set(ja.values()) <= {got['ja'] // counts['ja'], got['ja'] // counts['ja'] + 1}
+  assert len(ja) == counts['ja']
   assert got['ja'] > counts['ja'] and got['de'] < counts['de']
   assert max(collections.Counter(p for p in pairs if owner[p] == 'de').values()) == 1
   assert tokenizer.SamplePairs(data_dir, [], 1200, 5.0, seed=3, log=_Quiet) == pairs

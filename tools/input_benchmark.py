@@ -1,0 +1,154 @@
+r"""Measures the translation input pipeline on a built corpus: packed training tokens per second, how full
+the rows are, the length filter, and the effective language distribution (expected and drawn).
+
+  python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data      # once
+  python -m lingvo_gshard.tools.input_benchmark --data_dir=/tmp/gshard_data [--batches=200 \
+      --batch_rows=32 --packed_length=256 --max_length=64 --vocab_size=8000 --temperature=5 \
+      --input_params_override='vocab.kind=separate,shuffle_buffer=0'] [--json=out.json]
+
+The vocabulary is trained into DATA_DIR/vocab on first use (timed and reported) and loaded afterwards.
+Tokens are the non-padding source plus target tokens of the rows the pipeline yields, over --batches
+batches after --warmup_batches (the first batch also waits for the shuffle buffers: reported apart).
+--model_tokens_per_sec, if given, adds the ratio to what a model consumes (the issue asks for >= 5x).
+"""
+import collections
+import json
+import math
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from lingvo_gshard.data import report
+from lingvo_gshard.input import mixture
+from lingvo_gshard.input import pipeline
+
+_DATA_DIR = flags.DEFINE_string('data_dir', None, 'A built data directory (tools/prepare_data).',
+                                required=True)
+_SPLIT = flags.DEFINE_string('split', 'train', 'Split to read.')
+_LANGUAGES = flags.DEFINE_list('languages', [], 'Languages (empty = all in the manifest).')
+_TEMPERATURE = flags.DEFINE_float('temperature', 5.0, 'Mixture temperature T.')
+_BATCH_ROWS = flags.DEFINE_integer('batch_rows', 32, 'Rows per batch.')
+_PACKED_LENGTH = flags.DEFINE_integer('packed_length', 256, 'Ls = Lt of packed rows.')
+_MAX_LENGTH = flags.DEFINE_integer('max_length', 64, 'Longest source / target kept (pieces + eos).')
+_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 8000, 'Size of the shared (or each) vocabulary.')
+_OVERRIDE = flags.DEFINE_string('input_params_override', '', 'Overrides of MTInput params (a=1,b.c=2).')
+_WARMUP = flags.DEFINE_integer('warmup_batches', 20, 'Batches read before timing.')
+_BATCHES = flags.DEFINE_integer('batches', 200, 'Batches timed.')
+_DRAWS = flags.DEFINE_integer('draws', 20000, 'Mixture draws for the observed language distribution.')
+_MODEL_TPS = flags.DEFINE_float('model_tokens_per_sec', 0.0, 'Tokens/s a model consumes (for the ratio).')
+_JSON = flags.DEFINE_string('json', '', 'Also write the figures to this JSON file.')
+
+
+def _Params():
+  p = pipeline.MTInput.Params().Set(
+      data_dir=_DATA_DIR.value, split=_SPLIT.value, languages=list(_LANGUAGES.value),
+      temperature=_TEMPERATURE.value, batch_rows=_BATCH_ROWS.value, packed_source_length=_PACKED_LENGTH.value,
+      packed_target_length=_PACKED_LENGTH.value, max_source_length=_MAX_LENGTH.value,
+      max_target_length=_MAX_LENGTH.value)
+  p.vocab.Set(source_size=_VOCAB_SIZE.value, target_size=_VOCAB_SIZE.value)
+  return p.Override(_OVERRIDE.value) if _OVERRIDE.value else p
+
+
+def _Log(line):
+  print(line, file=sys.stderr, flush=True)
+
+
+def Throughput(inp, warmup, batches):
+  """Reads warmup + batches batches; returns the figures of the timed ones."""
+  start = time.time()
+  it = inp.Dataset().as_numpy_iterator()
+  next(it)
+  first = time.time() - start
+  for _ in range(warmup):
+    next(it)
+  before = inp.Stats()
+  src_tokens = tgt_tokens = rows = examples = 0
+  start, cpu = time.time(), time.process_time()
+  for _ in range(batches):
+    b = next(it)
+    src_tokens += int((b['src_segment_ids'] > 0).sum())
+    tgt_tokens += int(b['tgt_weights'].sum())
+    rows += b['src_ids'].shape[0]
+    examples += int(b['tgt_segment_ids'].max(axis=1).sum())  # Segments are numbered 1..k in each row.
+  seconds, cpu = time.time() - start, time.process_time() - cpu
+  after = inp.Stats()
+  ls, lt = inp.RowLengths()
+  read = after['examples'] - before['examples']
+  return {
+      'first_batch_seconds': round(first, 2), 'timed_batches': batches, 'seconds': round(seconds, 4),
+      'source_tokens': src_tokens, 'target_tokens': tgt_tokens, 'rows': rows, 'examples': examples,
+      'process_cpu_seconds': round(cpu, 2),
+      'tokens_per_sec': round((src_tokens + tgt_tokens) / seconds),
+      'target_tokens_per_sec': round(tgt_tokens / seconds),
+      'source_tokens_per_sec': round(src_tokens / seconds),
+      'examples_per_sec': round(examples / seconds), 'batches_per_sec': round(batches / seconds, 2),
+      'examples_per_row': round(examples / rows, 2),
+      'source_fill': round(src_tokens / (rows * ls), 4), 'target_fill': round(tgt_tokens / (rows * lt), 4),
+      'dropped_fraction': round((after['dropped'] - before['dropped']) / max(read, 1), 4),
+      'row_lengths': [ls, lt], 'batch_rows': inp.p.batch_rows,
+  }
+
+
+def Distribution(inp, draws):
+  """Expected shares against shares observed in `draws` mixture draws, and the chi-square statistic."""
+  expected = inp.EffectiveDistribution()
+  seen = collections.Counter(x['lang'].decode() for x in inp.Mixture().take(draws).as_numpy_iterator())
+  chi2 = sum((seen[k] - draws * w) ** 2 / (draws * w) for k, w in expected.items())
+  return {'expected': {k: round(v, 5) for k, v in expected.items()},
+          'observed': {k: round(seen[k] / draws, 5) for k in expected},
+          'draws': draws, 'chi2': round(chi2, 1), 'dof': len(expected) - 1}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # TFDS logs a few lines per language read at INFO.
+  try:
+    inp = _Params().Instantiate(_Log)
+    start = time.time()
+    inp.Vocabularies()
+    vocab_seconds = time.time() - start
+    counts = inp.Counts()
+    describe = mixture.Describe(counts, mixture.TemperatureWeights(counts, inp.p.temperature),
+                                inp.p.temperature)
+    figures = Throughput(inp, _WARMUP.value, _BATCHES.value)
+    dist = Distribution(inp, _DRAWS.value) if _DRAWS.value else None
+  except report.DataError as e:
+    print(f'input_benchmark: error: {e}', file=sys.stderr)
+    return 1
+  src_vocab, tgt_vocab = inp.Vocabularies()
+  figures.update(vocab_seconds=round(vocab_seconds, 1), vocab=[src_vocab.path, tgt_vocab.path],
+                 languages=len(counts), mixture=describe, distribution=dist)
+  print(f'{len(counts)} languages, {_SPLIT.value} split; vocabularies {src_vocab.path} '
+        f'({src_vocab.size} pieces, ready in {vocab_seconds:.1f}s)')
+  print(describe)
+  print(f'rows {figures["batch_rows"]} x {figures["row_lengths"]}; first batch after '
+        f'{figures["first_batch_seconds"]}s; {figures["timed_batches"]} batches in {figures["seconds"]:.2f}s '
+        f'(process CPU {figures["process_cpu_seconds"]}s)')
+  print(f'tokens/s {figures["tokens_per_sec"]} (source {figures["source_tokens_per_sec"]}, target '
+        f'{figures["target_tokens_per_sec"]}); examples/s {figures["examples_per_sec"]}; '
+        f'{figures["examples_per_row"]} examples per row; fill source {figures["source_fill"]:.1%}, '
+        f'target {figures["target_fill"]:.1%}; dropped as too long {figures["dropped_fraction"]:.2%}')
+  if _MODEL_TPS.value > 0:
+    ratio = figures['tokens_per_sec'] / _MODEL_TPS.value
+    figures['model_ratio'] = round(ratio, 1)
+    print(f'{ratio:.1f}x the {_MODEL_TPS.value:g} tokens/s a model consumes (target: >= 5x)')
+  if dist:
+    gaps = sorted(dist['expected'], key=lambda k: -abs(dist['observed'][k] - dist['expected'][k]))
+    worst = ', '.join(f'{k} {100 * dist["observed"][k]:.2f}% vs {100 * dist["expected"][k]:.2f}%'
+                      for k in gaps[:3])
+    print(f'observed over {dist["draws"]} draws: chi2 {dist["chi2"]} on {dist["dof"]} dof '
+          f'(mean {dist["dof"]}, sd {math.sqrt(2 * dist["dof"]):.1f}); largest gaps: {worst}')
+  if _JSON.value:
+    with open(_JSON.value, 'w', encoding='utf-8') as f:
+      json.dump(figures, f, indent=1, ensure_ascii=False)
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)
