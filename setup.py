@@ -46,6 +46,7 @@ setuptools.setup(
         'sacrebleu>=2.4,<3',
         'absl-py>=2.1,<3',
         'sentencepiece>=0.2,<0.3',
+        'tensorboard>=2.20,<2.22',  # summaries; TF 2.21 no longer pulls it in
         'numpy>=1.26,<3',
     ],
     extras_require={

@@ -8,6 +8,7 @@ an MoE layer. The default mesh puts one expert per device (E = D), the paper's l
 from lingvo_gshard.core import experiment
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import registry
+from lingvo_gshard.input import pipeline
 from lingvo_gshard.layers import moe_layer
 from lingvo_gshard.models import transformer_mt
 
@@ -46,11 +47,20 @@ class GShardPaperBase(experiment.Experiment):
         stack.remat = True  # the paper rematerialises to keep per-device memory O(1) in E
     return p
 
-  def Train(self):
-    p = super().Train()
-    # The paper: Adafactor (beta1=0), lr 1.0 with rsqrt decay after 10k warm-up steps.
-    p.Set(learning_rate=1.0, warmup_steps=10000, max_steps=500000, batch_size=4096)
+  def Learner(self):
+    p = super().Learner()
+    # The paper: Adafactor (beta1 = 0, decay 1 - t^-0.8, clipping 1.0), lr 1.0, rsqrt decay after 10k steps.
+    p.optimizer.Set(learning_rate=1.0, warmup_steps=10000)
+    p.max_steps = 500000
     return p
+
+  def Train(self):
+    # The paper's data (25B examples) is not here; the params still say how this model is fed: ~1M target
+    # tokens per step in packed rows of 256.
+    return pipeline.MTInput.Params().Set(
+        name='train', split='train', batch_rows=4096, packed_source_length=256, packed_target_length=256,
+        vocab=pipeline.VocabParams().Set(kind='separate', source_size=self.SOURCE_VOCAB,
+                                         target_size=self.TARGET_VOCAB))
 
 
 def _Family(name, layers, experts, doc):

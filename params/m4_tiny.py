@@ -7,6 +7,7 @@ small enough that a training step on 2 CPU cores takes well under a second.
 from lingvo_gshard.core import experiment
 from lingvo_gshard.core import registry
 from lingvo_gshard.core import sharding
+from lingvo_gshard.input import pipeline
 from lingvo_gshard.layers import moe_layer
 from lingvo_gshard.models import transformer_mt
 
@@ -23,7 +24,10 @@ class M4TinyBase(experiment.Experiment):
   GROUP_SIZE = 512
   DROPOUT = 0.1
   BATCH_ROWS = 32             # packed rows per step
-  MAX_LENGTH = 64             # tokens per packed row
+  MAX_LENGTH = 64             # tokens per packed row (and longest example kept)
+  DATA_DIR = '/tmp/gshard_data'  # what the README's prepare_data command builds; --data_dir overrides
+  LANGUAGES = ()              # empty: every language of the corpus
+  TEMPERATURE = 5.0           # p_l ∝ n_l^(1/T), the M4 setting
 
   def ShardingRules(self):
     # Groups and batch on 'data'; experts on 'expert' when the mesh has it, else on 'data' (E = D layout);
@@ -51,10 +55,29 @@ class M4TinyBase(experiment.Experiment):
         stack.moe_every = 2
     return p
 
-  def Train(self):
-    p = super().Train()
-    p.Set(max_steps=20000, batch_size=self.BATCH_ROWS, learning_rate=1.0, warmup_steps=1000)
+  def Learner(self):
+    p = super().Learner()
+    p.optimizer.Set(learning_rate=1.0, warmup_steps=1000)
+    p.Set(max_steps=20000, log_interval=20, eval_interval=1000, save_interval=1000)
     return p
+
+  def _Input(self, split, repeat):
+    return pipeline.MTInput.Params().Set(
+        name=split, data_dir=self.DATA_DIR, split=split, languages=list(self.LANGUAGES),
+        temperature=self.TEMPERATURE, repeat=repeat, batch_rows=self.BATCH_ROWS,
+        max_source_length=self.MAX_LENGTH, max_target_length=self.MAX_LENGTH,
+        packed_source_length=self.MAX_LENGTH, packed_target_length=self.MAX_LENGTH,
+        vocab=pipeline.VocabParams().Set(kind='separate', source_size=self.SOURCE_VOCAB,
+                                         target_size=self.TARGET_VOCAB))
+
+  def Train(self):
+    return self._Input('train', repeat=True)
+
+  def Dev(self):
+    return self._Input('dev', repeat=False)
+
+  def Test(self):
+    return self._Input('test', repeat=False)
 
 
 @registry.Register

@@ -25,7 +25,10 @@ def test_experiment_builds(name):
   partitioner = exp.Partitioner('xla', exp.DEFAULT_MESH)
   for path, spec in specs:
     partitioner.MeshAxes(spec.logical_axes, spec.shape, what=path)
-  assert isinstance(exp.Train(), hyperparams.Params)
+  assert isinstance(exp.Learner(), hyperparams.Params)
+  assert exp.Learner().optimizer.Instantiate()
+  if exp.Train() is not None:
+    assert exp.TokensPerStep() > 0
   assert exp.Summary()
 
 

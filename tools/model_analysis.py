@@ -22,7 +22,7 @@ _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: 
 _FAMILY = flags.DEFINE_bool('family', False, 'Analyse the paper\'s model family (Table 1).')
 _JSON = flags.DEFINE_bool('json', False, 'Print a JSON list of objects instead of a table.')
 _SEQ_LEN = flags.DEFINE_integer('seq_len', 256, 'Tokens per example (attention context and batch size).')
-_TOKENS = flags.DEFINE_integer('tokens_per_step', 0, 'Tokens per step; default batch_size * seq_len.')
+_TOKENS = flags.DEFINE_integer('tokens_per_step', 0, 'Tokens per step; default: the Train() input\'s.')
 _OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Task params overrides, e.g. num_heads=8.')
 
 
@@ -34,7 +34,7 @@ def AnalyzeExperiment(name: str, mesh: str = '', seq_len: int = 256, tokens_per_
     task.Override(overrides)
   model = task.Instantiate()
   partitioner = exp.Partitioner('xla', mesh or exp.DEFAULT_MESH)
-  tokens = tokens_per_step or exp.Train().batch_size * seq_len
+  tokens = tokens_per_step or exp.TokensPerStep() or seq_len
   return analysis.Analyze(registry.REGISTRY.KeyOf(type(exp)).rsplit('.', 1)[-1], model, partitioner,
                           tokens_per_step=tokens, seq_len=seq_len)
 

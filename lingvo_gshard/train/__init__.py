@@ -1,0 +1,1 @@
+"""Training: the loop that runs a registered experiment (the trainer binary is tools/trainer.py)."""

@@ -1,0 +1,79 @@
+"""The training loop on a small built corpus: logs, summaries, checkpoints, resume; the trainer tool's errors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lingvo_gshard.core import sharding
+from lingvo_gshard.train import trainer as trainer_lib
+from lingvo_gshard.params import m4_tiny
+import input_helpers
+
+
+class _SmallMoE(m4_tiny.M4TinyBase):
+  """M4TinyMoE shrunk to the test corpus: 600-piece vocabulary, M=32, 4 experts."""
+  MODEL_DIM, NUM_HEADS, HIDDEN_DIM, NUM_LAYERS, NUM_EXPERTS, GROUP_SIZE = 32, 2, 64, 2, 4, 64
+  SOURCE_VOCAB = TARGET_VOCAB = 600
+  BATCH_ROWS, MAX_LENGTH = 4, 48
+
+  def __init__(self, data_dir):
+    self.DATA_DIR = data_dir
+
+  def _Input(self, split, repeat):
+    p = input_helpers.InputParams(self.DATA_DIR, split=split, repeat=repeat, batch_rows=self.BATCH_ROWS)
+    return p
+
+  def Learner(self):
+    p = super().Learner()
+    p.Set(max_steps=6, log_interval=2, eval_interval=3, eval_batches=2, save_interval=3)
+    p.optimizer.Set(learning_rate=0.5, warmup_steps=2)
+    return p
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return input_helpers.BuildCorpus(str(tmp_path_factory.mktemp('corpus')))
+
+
+def test_train_writes_logs_and_resumes(data_dir, tmp_path):
+  logdir = str(tmp_path / 'run')
+  lines = []
+  exp = _SmallMoE(data_dir)
+  trainer = trainer_lib.Trainer(exp, sharding.Partitioner('none'), logdir, log=lines.append)
+  last = trainer.Train()
+  assert trainer.Step() == 6 and np.isfinite(last['loss']) and last['aux_loss'] > 0
+  assert sum(l.startswith('step') and 'dev loss' in l for l in lines) == 2  # steps 3 and 6
+  params = open(os.path.join(logdir, 'params.txt')).read()
+  assert 'task.encoder.moe_tpl.num_experts : 4' in params and 'input.train.batch_rows : 4' in params
+  assert 'learner.optimizer.learning_rate : 0.5' in params and 'expert -> expert' in params
+  summary = open(os.path.join(logdir, 'post_init_model_params.txt')).read()
+  assert 'encoder.layers_1.ffn.wi' in summary and "logical=('expert', 'model', 'hidden')" in summary
+  assert os.listdir(os.path.join(logdir, 'train')) and os.listdir(os.path.join(logdir, 'dev'))
+  weights = trainer.learner.Weights()
+
+  # A new trainer on the same logdir resumes at step 6 with the same weights, and goes on to 8.
+  exp2 = _SmallMoE(data_dir)
+  resumed = trainer_lib.Trainer(exp2, sharding.Partitioner('none'), logdir, max_steps=8, log=lines.append)
+  assert resumed.Restore() == 6
+  for path, w in resumed.learner.Weights().items():
+    np.testing.assert_array_equal(w, weights[path], err_msg=path)
+  resumed.Train()
+  assert resumed.Step() == 8
+  assert any('restored' in l and 'ckpt-6' in l for l in lines)
+
+
+def test_trainer_tool_errors_are_one_line(tmp_path):
+  for args, message in [(['--model=NoSuchModel'], "unknown experiment 'NoSuchModel'"),
+                        (['--model=M4TinyMoE', '--backend=dtensor', '--mesh=data:16'],
+                         'needs 16 devices, only 1 CPU devices exist'),
+                        (['--model=M4TinyMoE', '--model_params_override=encoder.num_layrs=2'],
+                         "unknown param 'encoder.num_layrs'"),
+                        (['--model=MoE2048E36L'], 'MoE2048E36L needs 4'),
+                        ]:
+    out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', f'--logdir={tmp_path}/x',
+                          '--data_dir=/nonexistent'] + args, capture_output=True, text=True, timeout=300)
+    err = [l for l in out.stderr.splitlines() if l.startswith('trainer:')]
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert len(err) == 1 and message in err[0], out.stderr[-2000:]
