@@ -6,4 +6,5 @@ can too.
 EXPERIMENT_MODULES = (
     'gshard_paper',
     'm4_tiny',
+    'bilingual',
 )

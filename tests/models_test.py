@@ -40,3 +40,18 @@ def test_every_registering_module_is_listed():
   registering = sorted(f[:-3] for f in os.listdir(folder)
                        if f.endswith('.py') and 'registry.Register' in open(os.path.join(folder, f)).read())
   assert sorted(params_pkg.EXPERIMENT_MODULES) == registering
+
+
+def test_bilingual_baselines_cover_the_corpus_languages():
+  from lingvo_gshard.params import bilingual
+  langs = bilingual.M4_LANGUAGES
+  assert len(langs) == 100 and len(set(langs)) == 100
+  for code in langs:
+    exp = registry.Get(f'Bilingual_{code}')  # the language code as written, hyphen and all
+    assert exp.LANGUAGE == code
+    for split in (exp.Train(), exp.Dev(), exp.Test()):
+      assert split.languages == [code]
+    assert exp.Task().encoder.moe_tpl is None  # dense baselines
+  # Same vocabulary as the multilingual models, so BLEU compares like with like.
+  multi = registry.Get('M4TinyMoE').Train().vocab
+  assert registry.Get('Bilingual_de').Train().vocab.ToText() == multi.ToText()

@@ -52,6 +52,8 @@ class Registry:
     return sorted(self._classes)
 
   def GetClass(self, name: str) -> Type[experiment.Experiment]:
+    if '-' in name:  # language codes in names: Bilingual_sr-Latn is registered as Bilingual_sr_Latn
+      name = name.replace('-', '_')
     if name in self._classes:
       return self._classes[name]
     matches = [k for k in self._classes if k.endswith('.' + name)]
