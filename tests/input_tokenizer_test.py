@@ -129,6 +129,7 @@ def test_separate_models_learn_their_own_side(data_dir, tmp_path):
   assert (src.size, tgt.size) == (500, 350)
   assert sorted(os.listdir(tmp_path)) == ['spm_source_500.model', 'spm_source_500.model.json',
                                           'spm_target_350.model', 'spm_target_350.model.json']
+  assert all(os.stat(tmp_path / name).st_mode & 0o777 == 0o644 for name in os.listdir(tmp_path))
   assert src.tags == tgt.tags and src.TagId('en') == tgt.TagId('en') == 3
   # The source model has Cyrillic and Greek pieces, the English one none (they fall back to bytes there).
   foreign = input_helpers.Translate('open the file', 'ru') + ' ' + input_helpers.Translate('save', 'el')

@@ -20,7 +20,6 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 from lingvo_gshard.data import report
 from lingvo_gshard.input import mixture

@@ -185,6 +185,7 @@ def _WriteAtomically(path, data):
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.' + os.path.basename(path))
   with os.fdopen(fd, 'wb') as f:
     f.write(data)
+  os.chmod(tmp, 0o644)  # mkstemp makes it private; the models are shared like the data next to them.
   os.replace(tmp, path)
 
 
