@@ -123,6 +123,18 @@ def test_beam_one_equals_greedy(model):
   assert np.all(np.diff(b4.numpy(), axis=1) <= 1e-6)  # sorted best first
 
 
+def test_cached_greedy_equals_recompute_greedy(model):
+  batch = Unpacked(Examples())
+  src = [tf.constant(batch[k]) for k in ('src_ids', 'src_segment_ids', 'src_positions')]
+  start = tf.ones([4], tf.int32)
+  ids, lengths, score = decoding.GreedyDecode(model, *src, start, EOS, 10)
+  ids_r, lengths_r, score_r = tf.function(lambda *a: decoding.GreedyDecodeRecompute(model, *a, start, EOS, 10),
+                                          jit_compile=True)(*src)
+  np.testing.assert_array_equal(ids_r.numpy(), ids.numpy())
+  np.testing.assert_array_equal(lengths_r.numpy(), lengths.numpy())
+  np.testing.assert_allclose(score_r.numpy(), score.numpy(), rtol=1e-4)
+
+
 def Overfit(p, steps, lr=1e-2):
   model = p.Instantiate().InstantiateVariables()
   batch = Unpacked(Examples())

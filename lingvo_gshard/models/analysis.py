@@ -31,6 +31,8 @@ class Analysis:
   expert_params: int
   active_params_per_token: int
   flops_per_token: float
+  encoder_flops_per_token: float
+  decoder_flops_per_token: float
   bytes_per_device: int
   optimizer_bytes_per_device: int
   activation_bytes_per_device: int
@@ -59,18 +61,27 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
   expert = sum(s.size for _, s in specs if 'expert' in s.logical_axes)
   layers = list(model.IterLayers())
   moes = [l for l in layers if isinstance(l, moe_layer.MoELayer)]
+  in_encoder = lambda path: '.encoder.' in path
   active = total - expert
-  router_flops = 0
+  enc_active = sum(s.size for path, s in specs if in_encoder(path) and 'expert' not in s.logical_axes)
+  router_flops = enc_router = 0
   for l in moes:
-    per_expert = 2 * l.p.input_dim * l.p.hidden_dim
-    active += int(per_expert * _ExpertsPerToken(l))
-    router_flops += 2 * l.p.input_dim * l.p.num_experts
+    per_token = int(2 * l.p.input_dim * l.p.hidden_dim * _ExpertsPerToken(l))
+    router = 2 * l.p.input_dim * l.p.num_experts
+    active += per_token
+    router_flops += router
+    if in_encoder(l.path + '.'):
+      enc_active += per_token
+      enc_router += router
   # Embedding lookups are gathers, not matmuls; a tied softmax still multiplies by the target embedding.
   lookups = sum(s.size for path, s in specs if path.endswith(('src_emb.emb', 'pos_emb')))
   matmul_active = active - lookups
   attn_layers = [l for l in layers if isinstance(l, attention.MultiHeadAttention)]
-  attn_flops = sum(4 * seq_len * l.p.num_heads * l.dim_per_head for l in attn_layers)
+  attn = lambda ls: sum(4 * seq_len * l.p.num_heads * l.dim_per_head for l in ls)
+  attn_flops = attn(attn_layers)
+  enc_attn = attn([l for l in attn_layers if in_encoder(l.path + '.')])
   flops = 2 * matmul_active + attn_flops + router_flops
+  enc_flops = 2 * enc_active + enc_attn + enc_router
 
   mesh = partitioner.mesh
   weight_bytes = optimizer_bytes = 0
@@ -96,6 +107,7 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
     a2a = int(4 * buffer_bytes / mesh.size * (mesh.size - 1) / mesh.size)
   return Analysis(name=name, mesh=str(mesh), total_params=int(total), expert_params=int(expert),
                   active_params_per_token=int(active), flops_per_token=float(flops),
+                  encoder_flops_per_token=float(enc_flops), decoder_flops_per_token=float(flops - enc_flops),
                   bytes_per_device=int(weight_bytes), optimizer_bytes_per_device=int(optimizer_bytes),
                   activation_bytes_per_device=activation, all_to_all_bytes_per_moe_layer=a2a,
                   num_moe_layers=len(moes), num_experts=moes[0].p.num_experts if moes else 0)

@@ -96,3 +96,37 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   # Positions after a hypothesis' eos are filled with eos, as in GreedyDecode.
   after_eos = tf.cumsum(tf.cast(tf.equal(fin_seq, eos_id), tf.int32), axis=-1, exclusive=True) > 0
   return tf.where(after_eos, eos_id, fin_seq), fin_score
+
+
+def GreedyDecodeRecompute(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len):
+  """Greedy decoding without a cache: every step reruns the decoder over the whole (padded) prefix.
+
+  The reference the cached decoder is checked and benchmarked against: O(T^2) decoder work instead of O(T).
+  Returns the same (ids, lengths, scores) as GreedyDecode.
+  """
+  encoded, _, _ = model.Encode(src_ids, src_segment_ids, src_positions)
+  b = tf.shape(src_ids)[0]
+  positions = tf.tile(tf.range(max_len)[None], [b, 1])
+
+  def Body(step, inputs, ids, done, score):
+    # Segment 1 up to the current step, 0 after: the causal mask already hides the future.
+    segment = tf.cast(positions <= step, tf.int32)
+    batch = {'tgt_ids': inputs, 'tgt_positions': positions, 'tgt_segment_ids': segment,
+             'src_segment_ids': src_segment_ids}
+    logits, _, _ = model.Decode(encoded, batch)
+    log_probs = tf.nn.log_softmax(tf.gather(logits, step, axis=1))
+    nxt = tf.where(done, eos_id, tf.cast(tf.argmax(log_probs, -1), tf.int32))
+    score += tf.where(done, 0.0, tf.gather(log_probs, nxt, batch_dims=1))
+    at = tf.one_hot(step, max_len, dtype=tf.int32)[None, :]
+    ids += at * nxt[:, None]
+    nxt_at = tf.one_hot(step + 1, max_len, dtype=tf.int32)[None, :]
+    inputs += nxt_at * nxt[:, None]
+    return step + 1, inputs, ids, done | tf.equal(nxt, eos_id), score
+
+  inputs = tf.one_hot(0, max_len, dtype=tf.int32)[None, :] * tf.cast(start_ids, tf.int32)[:, None]
+  init = (tf.constant(0), inputs, tf.zeros([b, max_len], tf.int32), tf.zeros([b], tf.bool), tf.zeros([b]))
+  _, _, ids, _, score = tf.while_loop(lambda step, *_: step < max_len, Body, init)
+  is_eos = tf.equal(ids, eos_id)
+  lengths = tf.where(tf.reduce_any(is_eos, 1), tf.cast(tf.argmax(tf.cast(is_eos, tf.int32), 1), tf.int32) + 1,
+                     max_len)
+  return ids, lengths, score
