@@ -198,3 +198,11 @@ def test_bfloat16_activations_track_float32():
   cos = [np.dot(a.ravel(), b.ravel()) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30) for a, b in zip(g32, g16)
          if np.linalg.norm(a) > 0]
   assert np.median(cos) > 0.99
+
+
+def test_tiny_moe_overfits():
+  from lingvo_gshard.layers import moe_layer
+  p = TinyParams(label_smoothing=0.0)
+  for stack in (p.encoder, p.decoder):
+    stack.moe_tpl = moe_layer.MoELayer.Params().Set(num_experts=4, group_size=12)
+  assert Overfit(p, 350) < 0.05
