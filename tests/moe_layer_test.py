@@ -18,10 +18,11 @@ def _Layer(num_experts, **kw):
                                           **kw)
 
 
-def _Run(partitioner, num_experts, dispatch='index'):
+def _Run(partitioner, num_experts, dispatch='index', **layer_params):
   """Output, aux loss and gradients (wrt x and every weight) of one layer call under `partitioner`."""
   with sharding.use(partitioner):
-    layer = _Layer(num_experts, dispatch=dispatch).Instantiate().InstantiateVariables(partitioner)
+    layer = _Layer(num_experts, dispatch=dispatch, **layer_params).Instantiate().InstantiateVariables(
+        partitioner)
     variables = dict(layer.IterVariables())
 
     def Step(x, paddings):
@@ -63,6 +64,16 @@ def test_dtensor_layer_equals_single_device(num_experts, mesh):
     shards = dtensor.unpack(variables[f'moelayer.{name}'].read_value())
     assert len(shards) == 8 and all(s.shape[0] == local for s in shards)
   assert all(s.shape == (M, num_experts) for s in dtensor.unpack(variables['moelayer.gate'].read_value()))
+
+
+def test_dtensor_layer_with_xla_islands_equals_single_device():
+  """xla_islands is meant for one device, but under DTensor the islands still run and give the same values."""
+  y0, aux0, _, g0, _ = _Run(sharding.Partitioner('none'), 8)
+  y1, aux1, _, g1, _ = _Run(sharding.Partitioner('dtensor', 'data:2,expert:4'), 8, xla_islands=True)
+  np.testing.assert_allclose(y1, y0, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(aux1, aux0, rtol=1e-5)
+  for k in g0:
+    np.testing.assert_allclose(g1[k], g0[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 def test_index_and_einsum_layers_agree():
@@ -112,3 +123,36 @@ def test_xla_hlo_splits_experts_on_e_and_inputs_on_g():
   assert ('16,8', 'replicated') in found               # gate [M,E]
   # The dispatched buffer [E,G,C,M]: E over 'expert' and G over 'data' - the all-to-all boundary.
   assert any(s.startswith(f'8,{g},') and t == 'devices=[4,2,1,1]' for s, t in found), found
+
+
+def _TrainStep(layer, x, paddings, outer_jit):
+  """y, aux, load, dropped fraction and the gradients wrt x and every weight of one training call."""
+  variables = [v for _, v in layer.IterVariables()]
+
+  @tf.function(jit_compile=outer_jit)
+  def Step(x, paddings):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y, aux, stats = layer.FProp(x, paddings, seed=tf.constant([7, 8]))
+      loss = tf.reduce_sum(y * y) + aux
+    return [y, aux, stats['load'], stats['dropped_fraction']] + tape.gradient(loss, [x] + variables)
+
+  return [t.numpy() for t in Step(x, paddings)]
+
+
+@pytest.mark.parametrize('policy,outer_jit', [('all', False), ('random', False), ('random', True)])
+def test_xla_islands_layer_equals_plain_layer(policy, outer_jit):
+  """MoELayer(xla_islands=True) gives the plain layer's outputs, stats and gradients in a training step with
+  padding, graph-mode or jit-compiled. Random routing draws inside the XLA island, so its reference is the
+  plain layer jit-compiled (TF 2.21's XLA Philox differs from the CPU kernel's for a run-time seed)."""
+  x = tf.random.stateless_normal([B, L, M], seed=[3, 1])
+  paddings = tf.cast(tf.random.stateless_uniform([B, L], seed=[6, 2]) < 0.2, tf.float32)
+  # Weights come from name-derived seeds: both layers start equal.
+  layers = [_Layer(8, second_expert_policy=policy, xla_islands=i).Instantiate().InstantiateVariables()
+            for i in (False, True)]
+  plain = _TrainStep(layers[0], x, paddings, outer_jit or policy != 'all')
+  islands = _TrainStep(layers[1], x, paddings, outer_jit)
+  assert plain[1] > 0 and np.abs(plain[0]).max() > 0
+  for i, (a, b) in enumerate(zip(islands, plain)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=str(i))
+    assert np.abs(b).max() > 0 or i == 3, i  # every output and gradient is non-zero (3: dropped fraction)

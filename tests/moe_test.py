@@ -84,6 +84,67 @@ def test_index_equals_einsum_values_and_gradients(gating_name, policy, compile_m
     assert _rel_err(a, b) <= RTOL, (name, _rel_err(a, b))
 
 
+def _island_calls(concrete_function):
+  """Names of the XLA-compiled functions that `concrete_function`'s graph calls."""
+  return [op.get_attr('f').name for op in concrete_function.graph.get_operations()
+          if op.type in ('PartitionedCall', 'StatefulPartitionedCall') and
+          op.node_def.attr['_XlaMustCompile'].b]
+
+
+@pytest.mark.parametrize('dispatch,gating_name,policy,outer', [
+    ('index', 'top2', 'all', 'function'), ('index', 'top2', 'random', 'function'),
+    ('einsum', 'top2', 'all', 'function'), ('index', 'expert_choice', 'all', 'function'),
+    ('index', 'top2', 'sampling', 'jit'), ('einsum', 'top1', 'all', 'jit')])
+def test_xla_islands_equal_the_plain_path(dispatch, gating_name, policy, outer):
+  """Values, stats and gradients with xla_islands=True equal those without, in a graph-mode caller (where the
+  islands are XLA functions called from the graph) and in a jit-compiled one (where they are nested).
+
+  The random policies draw inside the routing island, i.e. with XLA's Philox, which in TF 2.21 differs from
+  the CPU kernel's for a seed known only at run time: their reference is the plain path jit-compiled.
+  """
+  x, w_gate, wi, wo = _weights(12)
+  target = tf.constant(np.random.RandomState(13).normal(size=(G, S, M)).astype(np.float32))
+  paddings = np.zeros((G, S), np.float32)
+  paddings[0, :2] = 1.0
+
+  def _step(x, w_gate, wi, wo, seed, xla_islands):
+    with tf.GradientTape() as tape:
+      tape.watch([x, w_gate, wi, wo])
+      y, aux, stats = moe.moe_ffn(x, w_gate, wi, wo, capacity_factor=1.5, dispatch=dispatch,
+                                  gating=gating_name, second_expert_policy=policy, paddings=paddings,
+                                  seed=seed if policy != 'all' else None, xla_islands=xla_islands)
+      loss = tf.reduce_sum(tf.tanh(y) * target) + 0.1 * aux
+    return [y, aux] + tape.gradient(loss, [x, w_gate, wi, wo]), stats
+
+  step = tf.function(_step, jit_compile=_JIT[outer])
+  reference = step if policy == 'all' else tf.function(_step, jit_compile=True)
+  args = [tf.constant(a) for a in (x, w_gate, wi, wo)] + [tf.constant([5, 6])]
+  got, got_stats = step(*args, xla_islands=True)
+  want, want_stats = reference(*args, xla_islands=False)
+  for name, a, b in zip(('y', 'aux', 'dx', 'dw_gate', 'dwi', 'dwo'), got, want):
+    assert np.max(np.abs(b.numpy())) > 0 or (name == 'aux' and gating_name == 'expert_choice'), name
+    assert _rel_err(a, b) <= RTOL, (name, _rel_err(a, b))
+  assert sorted(got_stats) == sorted(want_stats)
+  for k in want_stats:
+    np.testing.assert_allclose(got_stats[k].numpy(), want_stats[k].numpy(), rtol=1e-6, atol=1e-7, err_msg=k)
+  if outer == 'function':
+    # The graph calls the two islands (routing + dispatch, combine) and their two compiled gradients; the
+    # plain path calls none.
+    calls = _island_calls(step.get_concrete_function(*args, xla_islands=True))
+    assert len(calls) == 4, calls
+    assert sum('route_and_dispatch' in c for c in calls) == 2 and sum('combine' in c for c in calls) == 2
+    assert not _island_calls(step.get_concrete_function(*args, xla_islands=False))
+
+
+def test_xla_islands_keep_the_expert_matmuls_in_the_callers_graph():
+  """In a graph-mode caller the expert and router matmuls are TF ops of the caller's graph, not XLA."""
+  x, w_gate, wi, wo = _weights(14)
+  step = tf.function(lambda x: moe.moe_ffn(x, w_gate, wi, wo, xla_islands=True)[0])
+  ops = step.get_concrete_function(tf.constant(x)).graph.get_operations()
+  assert sum(op.type == 'BatchMatMulV2' for op in ops) == 2  # x·wi and hidden·wo, [E, G·C, ·]
+  assert any(op.type in ('Einsum', 'MatMul') for op in ops)  # the router
+
+
 @pytest.mark.parametrize('dispatch', moe.DISPATCH_MODES)
 def test_one_expert_with_full_capacity_is_a_dense_ffn(dispatch):
   x, w_gate, wi, wo = _weights(3, e=1)
@@ -206,22 +267,36 @@ def test_benchmark_tool_reports_consistent_figures(tmp_path):
   subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.moe_benchmark', f'--groups={g}',
                   f'--group_size={s}', f'--model_dim={m}', f'--hidden_dim={h}', '--num_experts=4',
                   '--dispatch=index', '--sweep_experts=4,8', '--matmul_dim=64', '--repeats=2', '--warmup=0',
-                  f'--json={out}'], check=True, capture_output=True, timeout=300)
+                  '--modes=jit,hybrid', '--keep_freed_memory', f'--json={out}'],
+                 check=True, capture_output=True, timeout=300)
   results = json.loads(out.read_text())
+  assert results['config']['keep_freed_memory']
   rows = {r['name']: r for r in results['rows']}
-  assert list(rows) == ['matmul 64^3', f'dense FFN H={2 * h}', 'MoE index E=4 C=16', 'MoE index E=8 C=8']
-  dense = rows[f'dense FFN H={2 * h}']
-  assert dense['gflops'] * 1e9 == 3 * 2 * 2 * g * s * m * 2 * h
-  for name in ('MoE index E=4 C=16', 'MoE index E=8 C=8'):
+  # --num_experts in every mode first, then the sweep.
+  moe_names = [f'MoE index E={e} C={c} {mode}' for e, c in ((4, 16), (8, 8)) for mode in ('jit', 'hybrid')]
+  assert list(rows) == (['matmul 64^3 jit', 'matmul 64^3 graph', f'dense FFN H={2 * h} jit',
+                         f'dense FFN H={2 * h} graph'] + moe_names)
+  dense = {mode: rows[f'dense FFN H={2 * h} {mode}'] for mode in ('jit', 'graph')}
+  best = min(dense.values(), key=lambda r: r['median_ms'])
+  assert dense['jit']['gflops'] * 1e9 == dense['graph']['gflops'] * 1e9 == 3 * 2 * 2 * g * s * m * 2 * h
+  for name in moe_names:
     r = rows[name]
     e, c = r['experts'], r['capacity']
     assert r['gflops'] * 1e9 == pytest.approx(3 * (4 * e * g * c * m * h + 2 * g * s * m * e))
-    assert r['over_dense'] == pytest.approx(r['median_ms'] / dense['median_ms'])
+    own = dense['jit' if r['mode'] == 'jit' else 'graph']
+    assert r['over_dense'] == pytest.approx(r['median_ms'] / own['median_ms'])
+    assert r['over_best_dense'] == pytest.approx(r['median_ms'] / best['median_ms'])
     assert r['gflop_per_s'] == pytest.approx(r['gflops'] / r['median_ms'] * 1e3)
+    assert r['flops_fraction'] == pytest.approx(r['gflop_per_s'] / rows['matmul 64^3 jit']['gflop_per_s'])
   checks = {c['name']: c['value'] for c in results['checks']}
-  assert checks['index MoE / dense step time'] == rows['MoE index E=4 C=16']['over_dense']
-  assert checks['step E=8 / E=4'] == pytest.approx(rows['MoE index E=8 C=8']['median_ms'] /
-                                                   rows['MoE index E=4 C=16']['median_ms'])
+  for mode in ('jit', 'hybrid'):
+    main = rows[f'MoE index E=4 C=16 {mode}']
+    for d in ('jit', 'graph'):
+      name = f'MoE {mode} / dense {d}' + (' (best dense)' if dense[d] is best else '')
+      assert checks[name] == pytest.approx(main['median_ms'] / dense[d]['median_ms'])
+    assert checks[f'MoE {mode} FLOP/s / matmul jit'] == main['flops_fraction']
+    assert checks[f'MoE {mode} E=8 / E=4'] == pytest.approx(rows[f'MoE index E=8 C=8 {mode}']['median_ms'] /
+                                                          main['median_ms'])
 
 
 @pytest.mark.parametrize('dispatch', moe.DISPATCH_MODES)

@@ -2,8 +2,8 @@
 
 Dimensions: B batch, L length, G groups, S tokens per group, E experts, M model dim, H hidden dim.
 Tokens [B,L,M] are regrouped into [G,S,M] (S = `group_size`, or all tokens when fewer) and routed by
-`moe.moe_ffn`. Sharding by logical axes only: groups on the data axis, expert weights and expert buffers on the
-expert axis, gate weights replicated; the G->E relayout of the dispatched buffer is the all-to-all.
+`moe.moe_ffn`. Sharding by logical axes only: groups on the data axis, expert weights and expert buffers on
+the expert axis, gate weights replicated; the G->E relayout of the dispatched buffer is the all-to-all.
 """
 import tensorflow as tf
 
@@ -35,6 +35,12 @@ class MoELayer(base_layer.BaseLayer):
              "Top-2 only: 'all', 'random' (GShard's random routing) or 'sampling'. Evaluation uses 'all'.")
     p.Define('dispatch', 'index', "'index' (gather by expert and slot) or 'einsum' (the paper's one-hot).")
     p.Define('activation', 'relu', f'One of {sorted(basic.ACTIVATIONS)}.')
+    p.Define('xla_islands', False,
+             'For the single-device CPU/GPU path when the step runs in graph mode (tf.function without '
+             'jit_compile): routing + dispatch and combine run as XLA-compiled sub-functions, the expert '
+             'matmuls as TF kernels (see moe.moe_ffn); 1.3x faster than the plain graph on the 2-core CPU. '
+             'Same values. Inside a jit-compiled step it changes nothing. Under DTensor it gives the same '
+             'values but is unmeasured, hence off by default.')
     return p
 
   def __init__(self, params):
@@ -72,6 +78,7 @@ class MoELayer(base_layer.BaseLayer):
         capacity_factor=p.capacity_factor if training else p.eval_capacity_factor,
         dispatch=p.dispatch, gating=p.gating, second_expert_policy=policy, paddings=pg,
         seed=base_layer.FoldSeed(seed, f'{self.path}.route') if policy != 'all' else None,
-        activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard)
+        activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard,
+        xla_islands=p.xla_islands)
     y = sharding.shard(tf.reshape(y, [b, l, m]), ('batch', 'length', 'model'))
     return y, aux, stats
