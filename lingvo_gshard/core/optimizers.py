@@ -21,10 +21,14 @@ def _Assign(var, value):
 
 
 def RsqrtSchedule(step, learning_rate, warmup_steps):
-  """learning_rate * min(1, step/warmup) / sqrt(max(step, warmup) / warmup): 1x at the end of warm-up."""
+  """T2T/Lingvo's linear_warmup * rsqrt_decay: learning_rate * min(1, step/warmup) / sqrt(max(step, warmup)).
+
+  The paper's "learning rate 1.0 with rsqrt decay after 10k warm-up steps" is this schedule: its peak is
+  1.0 / sqrt(10k) = 0.01, reached at the end of warm-up (Adafactor then scales updates by each weight's RMS).
+  """
   step = tf.cast(tf.maximum(step, 1), tf.float32)
   warmup = float(max(warmup_steps, 1))
-  return learning_rate * tf.minimum(1.0, step / warmup) * tf.math.rsqrt(tf.maximum(step, warmup) / warmup)
+  return learning_rate * tf.minimum(1.0, step / warmup) * tf.math.rsqrt(tf.maximum(step, warmup))
 
 
 class Optimizer:

@@ -1,0 +1,51 @@
+"""Optimizers: the learning-rate schedule and Adafactor's factored update against NumPy."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import optimizers
+from lingvo_gshard.core import sharding
+
+
+def test_rsqrt_schedule_matches_the_paper():
+  lr = lambda step, base, warmup: float(optimizers.RsqrtSchedule(step, base, warmup))
+  assert lr(10000, 1.0, 10000) == pytest.approx(0.01)          # the paper's peak
+  assert lr(5000, 1.0, 10000) == pytest.approx(0.005)          # linear warm-up
+  assert lr(40000, 1.0, 10000) == pytest.approx(0.005)         # rsqrt decay
+  assert lr(1, 0.01, 1) == pytest.approx(0.01)
+
+
+def _NumpyAdafactor(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=0.8):
+  """Adafactor (beta1 = 0, factored second moments, update clipping, parameter scale) in NumPy float64."""
+  w = w.astype(np.float64).copy()
+  row = np.zeros(w.shape[:-1])
+  col = np.zeros(w.shape[:-2] + w.shape[-1:])
+  for t, g in enumerate(grads, 1):
+    g = g.astype(np.float64)
+    decay = 1 - t ** -decay_exp
+    g2 = g * g + eps1
+    row = decay * row + (1 - decay) * g2.mean(-1)
+    col = decay * col + (1 - decay) * g2.mean(-2)
+    v = row[..., :, None] * col[..., None, :] / row.mean(-1)[..., None, None]
+    u = g / np.sqrt(v)
+    u /= max(1.0, np.sqrt(np.mean(u * u)) / clip)
+    w -= lr_fn(t) * max(eps2, np.sqrt(np.mean(w * w))) * u
+  return w
+
+
+def test_adafactor_matches_numpy():
+  rng = np.random.RandomState(0)
+  spec = base_layer.WeightSpec((3, 5, 4), ('expert', 'model', 'hidden'))
+  w0 = rng.normal(size=spec.shape).astype(np.float32)
+  grads = [rng.normal(size=spec.shape).astype(np.float32) * s for s in (1.0, 0.1, 3.0)]
+  p = optimizers.Adafactor.Params().Set(learning_rate=0.5, warmup_steps=2)
+  opt = p.Instantiate()
+  partitioner = sharding.Partitioner('none')
+  var = partitioner.CreateVariable('w', lambda: tf.constant(w0), spec.logical_axes)
+  opt.CreateSlots([('w', var, spec)], partitioner)
+  assert opt.slots['w']['v_row'].shape == (3, 5) and opt.slots['w']['v_col'].shape == (3, 4)
+  for t, g in enumerate(grads, 1):
+    opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
+  ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
+  np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
