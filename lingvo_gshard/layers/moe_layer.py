@@ -39,9 +39,9 @@ class MoELayer(base_layer.BaseLayer):
              'For the single-device CPU/GPU path when the step runs in graph mode (tf.function without '
              'jit_compile): routing + dispatch and combine run as XLA-compiled sub-functions, the expert '
              'matmuls as TF kernels (see moe.moe_ffn); ~5% faster than the plain graph and ~20% faster '
-             'than a jit-compiled step on the 2-core CPU (E=16). Same values (random routing draws as under '
-             'jit). Inside a jit-compiled step it changes nothing. Under DTensor it gives the same values but '
-             'is unmeasured, hence off by default.')
+             'than a jit-compiled step on the 2-core CPU (E=16). Same values (random routing draws as '
+             'under jit). Inside a jit-compiled step it changes nothing. Under DTensor it gives the same '
+             'values but is unmeasured, hence off by default.')
     return p
 
   def __init__(self, params):
