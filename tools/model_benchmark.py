@@ -28,6 +28,8 @@ _DECODE_LEN = flags.DEFINE_integer('decode_len', 64, 'Decoded length.')
 _DECODE_BATCH = flags.DEFINE_integer('decode_batch', 16, 'Sentences decoded together.')
 _MATMUL = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N^3 matmul.')
 _JSON = flags.DEFINE_string('json', '', "Write results as JSON to this path ('-' = stdout).")
+_MODES = flags.DEFINE_list('modes', ['jit', 'graph'], "Step modes: 'jit' (whole step XLA) and 'graph' (TF "
+                           "graph, MoE routing in XLA islands; the none backend's jit=False).")
 
 _TARGET_FLOPS_FRACTION = 0.5
 _TARGET_DECODE_SPEEDUP = 5.0
@@ -62,7 +64,7 @@ def MatmulFlops(n, repeats):
   return 2 * n**3 / _Median(lambda: mm(a).numpy(), repeats)
 
 
-def TrainCase(name, repeats):
+def TrainCase(name, repeats, mode='jit'):
   exp = registry.Get(name)
   inp = exp.Train()
   rows = inp.batch_rows
@@ -72,7 +74,8 @@ def TrainCase(name, repeats):
     src_len, length = inp.max_source_length, inp.max_target_length
   task = exp.Task()
   lp = exp.Learner()
-  learner = learner_lib.Learner(task, lp.optimizer, exp.Partitioner('none'), lp.seed)
+  partitioner = exp.Partitioner('none', jit=(mode == 'jit'))
+  learner = learner_lib.Learner(task, lp.optimizer, partitioner, lp.seed)
   batch = SyntheticBatch(rows, src_len, length, task.source_vocab_size, task.target_vocab_size)
   start = time.perf_counter()
   float(learner.TrainStep(batch)['loss'])
@@ -83,7 +86,7 @@ def TrainCase(name, repeats):
   tokens = rows * length
   # Training = 3x forward: the encoder's FLOPs per source token, the decoder's (softmax included) per target.
   flops = 3 * rows * (a.encoder_flops_per_token * src_len + a.decoder_flops_per_token * length)
-  return dict(name=name, rows=rows, src_length=src_len, length=length, compile_s=compile_s, step_s=step_s,
+  return dict(name=name, mode=mode, rows=rows, src_length=src_len, length=length, compile_s=compile_s, step_s=step_s,
               target_tokens_per_s=tokens / step_s, tokens_per_s=rows * (src_len + length) / step_s,
               flops_per_step=flops, flop_per_s=flops / step_s, params=a.total_params,
               active_params=a.active_params_per_token), learner, task
@@ -116,16 +119,19 @@ def main(argv):
   matmul = MatmulFlops(_MATMUL.value, _REPEATS.value)
   train, decode = [], []
   for name in _MODELS.value:
-    result, learner, task = TrainCase(name, _REPEATS.value)
-    result['flops_fraction'] = result['flop_per_s'] / matmul
-    train.append(result)
+    for mode in _MODES.value:
+      if mode not in ('jit', 'graph'):
+        raise app.UsageError(f"--modes: {mode!r} is not 'jit' or 'graph'")
+      result, learner, task = TrainCase(name, _REPEATS.value, mode)
+      result['flops_fraction'] = result['flop_per_s'] / matmul
+      train.append(result)
     decode.append(DecodeCase(name, learner, task, _DECODE_BATCH.value, _DECODE_LEN.value, _REPEATS.value))
   print(f'reference matmul {_MATMUL.value}^3 (jit): {matmul / 1e9:.1f} GFLOP/s')
-  print(f'{"train step":<14} {"rows x len":>10} {"step ms":>8} {"tgt tok/s":>10} {"GFLOP/s":>8} '
+  print(f'{"train step":<20} {"rows x len":>10} {"step ms":>8} {"tgt tok/s":>10} {"GFLOP/s":>8} '
         f'{"of matmul":>9} {"compile s":>9}')
   for r in train:
     ok = 'ok' if r['flops_fraction'] >= _TARGET_FLOPS_FRACTION else 'MISSED'
-    print(f'{r["name"]:<14} {r["rows"]:>5}x{r["length"]:<4} {1e3 * r["step_s"]:8.1f} '
+    print(f'{r["name"] + " " + r["mode"]:<20} {r["rows"]:>5}x{r["length"]:<4} {1e3 * r["step_s"]:8.1f} '
           f'{r["target_tokens_per_s"]:10.0f} {r["flop_per_s"] / 1e9:8.1f} {r["flops_fraction"]:8.0%} '
           f'{r["compile_s"]:9.1f}  (target >= {_TARGET_FLOPS_FRACTION:.0%}: {ok})')
   print(f'{"decoding":<14} {"batch x len":>11} {"cached ms":>9} {"recompute ms":>12} {"speed-up":>8}')

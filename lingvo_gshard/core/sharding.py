@@ -92,7 +92,8 @@ class Partitioner:
                mesh: Union[mesh_lib.MeshSpec, str, None] = None,
                rules: Optional[ShardingRules] = None,
                devices: Optional[Sequence[str]] = None,
-               device_mesh: Optional[np.ndarray] = None):
+               device_mesh: Optional[np.ndarray] = None,
+               jit: bool = True):
     """Builds and validates the partitioner before any compute.
 
     Args:
@@ -102,6 +103,9 @@ class Partitioner:
       devices: dtensor only: the local devices to build the mesh from (default: all local GPUs, else CPUs).
       device_mesh: xla only: logical core ids laid out in the mesh shape (default np.arange reshaped); pass
         the one matching a TPU device assignment.
+      jit: none only: compile whole steps with XLA (True), or run them as TF graphs (False) with XLA only
+        around MoE routing/dispatch/combine ("islands"): on CPUs TF's oneDNN matmuls beat XLA's, so this is
+        the faster CPU mode; accelerators want True.
     """
     if backend not in BACKENDS:
       raise MeshError(f'unknown sharding backend {backend!r}; expected one of {", ".join(BACKENDS)}')
@@ -110,6 +114,9 @@ class Partitioner:
     if isinstance(mesh, str):
       mesh = mesh_lib.MeshSpec.Parse(mesh)
     self.backend, self.mesh = backend, mesh
+    if not jit and backend != 'none':
+      raise MeshError(f'jit=False is for the none backend; {backend} compiles its own way')
+    self.jit = jit
     self.rules = rules or DEFAULT_RULES
     self.rules.CheckMesh(mesh)
     self.dmesh = None
@@ -136,7 +143,8 @@ class Partitioner:
     return dtensor.create_mesh(list(self.mesh.axes), devices=devices[:self.mesh.size])
 
   def __repr__(self):
-    return f'Partitioner(backend={self.backend!r}, mesh={str(self.mesh)!r})'
+    jit = '' if self.jit else ', jit=False'
+    return f'Partitioner(backend={self.backend!r}, mesh={str(self.mesh)!r}{jit})'
 
   # --- layouts ------------------------------------------------------------------------------------------
 
@@ -250,9 +258,14 @@ class Partitioner:
 
   def Function(self, fn, **kwargs):
     """Compiles `fn` for this backend: XLA for none/xla (annotations need XLA), DTensor's SPMD for dtensor."""
-    if self.backend == 'dtensor':
+    if self.backend == 'dtensor' or not self.jit:
       return tf.function(fn, **kwargs)
     return tf.function(fn, jit_compile=True, **kwargs)
+
+  @property
+  def graph_mode(self) -> bool:
+    """Steps run as TF graphs with XLA islands (none backend, jit=False)."""
+    return self.backend == 'none' and not self.jit
 
 
 # --- the current partitioner ------------------------------------------------------------------------------

@@ -35,13 +35,12 @@ class MoELayer(base_layer.BaseLayer):
              "Top-2 only: 'all', 'random' (GShard's random routing) or 'sampling'. Evaluation uses 'all'.")
     p.Define('dispatch', 'index', "'index' (gather by expert and slot) or 'einsum' (the paper's one-hot).")
     p.Define('activation', 'relu', f'One of {sorted(basic.ACTIVATIONS)}.')
-    p.Define('xla_islands', False,
-             'For the single-device CPU/GPU path when the step runs in graph mode (tf.function without '
-             'jit_compile): routing + dispatch and combine run as XLA-compiled sub-functions, the expert '
-             'matmuls as TF kernels (see moe.moe_ffn); ~5% faster than the plain graph and ~20% faster '
-             'than a jit-compiled step on the 2-core CPU (E=16). Same values (random routing draws as '
-             'under jit). Inside a jit-compiled step it changes nothing. Under DTensor it gives the same '
-             'values but is unmeasured, hence off by default.')
+    p.Define('xla_islands', None,
+             'Routing + dispatch and combine as XLA-compiled islands, the expert matmuls on TF kernels (see '
+             'moe.moe_ffn): ~5% faster than a plain TF graph and ~20% faster than a jit-compiled step on the '
+             '2-core CPU (E=16), same values. None: on when the current partitioner runs steps as TF graphs '
+             '(none backend, jit=False); inside a jit-compiled step islands change nothing; under DTensor '
+             'they give the same values but are unmeasured, so auto leaves them off.')
     return p
 
   def __init__(self, params):
@@ -80,6 +79,6 @@ class MoELayer(base_layer.BaseLayer):
         dispatch=p.dispatch, gating=p.gating, second_expert_policy=policy, paddings=pg,
         seed=base_layer.FoldSeed(seed, f'{self.path}.route') if policy != 'all' else None,
         activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard,
-        xla_islands=p.xla_islands)
+        xla_islands=sharding.current().graph_mode if p.xla_islands is None else p.xla_islands)
     y = sharding.shard(tf.reshape(y, [b, l, m]), ('batch', 'length', 'model'))
     return y, aux, stats
