@@ -209,3 +209,25 @@ def test_params_print_and_override(data_dir):
   assert q == p
   q.Override('languages=[\'ru\'],vocab.source_size=600,repeat=False')
   assert q.languages == ['ru'] and not q.repeat
+
+
+def test_batching_by_tokens_keeps_every_example_once(data_dir):
+  inp = _Input(data_dir, repeat=False, packing=False, max_source_length=48, max_target_length=40,
+               bucket_tokens=256)
+  assert inp.BucketLengths() == [8, 16, 32, 48]
+  batches = _Batches(inp)
+  widths = set()
+  for b in batches:
+    rows, width = b['src_ids'].shape
+    assert b['tgt_ids'].shape[1] == min(width, 40) and width in inp.BucketLengths()  # targets max 40
+    assert rows <= 256 // width
+    # Every row fits its bucket and is longer than the next smaller bucket: one static shape per bucket.
+    used = np.maximum((b['src_segment_ids'] > 0).sum(1), (b['tgt_segment_ids'] > 0).sum(1))
+    smaller = [l for l in inp.BucketLengths() if l < width]
+    assert used.max() <= width and (not smaller or used.min() > smaller[-1])
+    widths.add(width)
+  assert len(widths) >= 3  # short and long examples land in different buckets
+  want, _, _ = _Expected(data_dir, 'train', reader.Languages(data_dir), 48, 40)
+  assert collections.Counter(_Examples(batches)) == collections.Counter(want)
+  with pytest.raises(report.DataError, match='bucket_tokens batches unpacked rows'):
+    _Input(data_dir, packing=True, bucket_tokens=256).Dataset()

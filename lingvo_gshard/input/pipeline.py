@@ -65,6 +65,10 @@ class MTInput:
     p.Define('packed_target_length', 256, 'Lt of packed rows (>= max_target_length).')
     p.Define('pack_window', 1024, 'Examples packed together (first-fit inside a window).')
     p.Define('batch_rows', 32, 'Rows per batch (static): packed rows or, unpacked, examples.')
+    p.Define('bucket_tokens', 0, 'Unpacked only: batch by tokens instead of rows. Examples are bucketed by '
+             'their longer side into lengths 8, 16, 32, ... up to the max lengths; a bucket of length b '
+             'yields batches of bucket_tokens // b rows trimmed to b columns (one static shape per bucket). '
+             '0 = fixed batch_rows.')
     p.Define('shuffle_buffer', 1000, 'Shuffle buffer per language, in examples; 0 = stored order. The first '
              'batch waits for every buffer to fill: sum over languages of min(buffer, n_l) examples.')
     p.Define('repeat', True, 'Repeat forever (training). False: each example once, last batch padded.')
@@ -196,6 +200,8 @@ class MTInput:
     self.Vocabularies()  # Trains or checks the models now, outside tf.data's tracing.
     ds = self.Mixture().batch(p.pack_window)
     ds = ds.map(self._Window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if p.bucket_tokens:
+      return self._BucketByTokens(ds.unbatch())
     ds = ds.unbatch().batch(p.batch_rows, drop_remainder=p.repeat)
     src_len, tgt_len = self.RowLengths()
     shapes = {name: [p.batch_rows, src_len if name.startswith('src') else tgt_len]
@@ -206,3 +212,39 @@ class MTInput:
     options = tf.data.Options()
     options.deterministic = True
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+  def BucketLengths(self):
+    """Bucket row lengths for bucket_tokens: 8, 16, 32, ... capped at the longer max length."""
+    longest = max(self.p.max_source_length, self.p.max_target_length)
+    lengths, b = [], 8
+    while b < longest:
+      lengths.append(b)
+      b *= 2
+    return lengths + [longest]
+
+  def _BucketByTokens(self, rows):
+    """Unpacked rows -> batches of ~bucket_tokens tokens, each trimmed to its bucket's length."""
+    p = self.p
+    if p.packing:
+      raise report_lib.DataError(f'{p.name}: bucket_tokens batches unpacked rows; set packing=False')
+    lengths = self.BucketLengths()
+    if p.bucket_tokens < lengths[-1]:
+      raise report_lib.DataError(f'{p.name}: bucket_tokens={p.bucket_tokens} is less than one row of the '
+                                 f'longest bucket ({lengths[-1]} tokens)')
+    length_of = lambda row: tf.maximum(tf.reduce_sum(tf.cast(row['src_segment_ids'] > 0, tf.int32)),
+                                       tf.reduce_sum(tf.cast(row['tgt_segment_ids'] > 0, tf.int32)))
+    batch_sizes = [max(1, p.bucket_tokens // b) for b in lengths]
+    ds = rows.bucket_by_sequence_length(
+        length_of, bucket_boundaries=[b + 1 for b in lengths[:-1]], bucket_batch_sizes=batch_sizes,
+        drop_remainder=p.repeat)
+
+    def Trim(batch):
+      # Every row of a batch fits its bucket: trim to the shortest bucket length that holds the batch.
+      used = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(batch['src_segment_ids'] > 0, tf.int32), 1)),
+                        tf.reduce_max(tf.reduce_sum(tf.cast(batch['tgt_segment_ids'] > 0, tf.int32), 1)))
+      width = tf.gather(tf.constant(lengths), tf.argmax(tf.constant(lengths) >= used))
+      return {k: v[:, :tf.minimum(width, tf.shape(v)[1])] for k, v in batch.items()}
+
+    options = tf.data.Options()
+    options.deterministic = True
+    return ds.map(Trim).with_options(options).prefetch(tf.data.AUTOTUNE)
