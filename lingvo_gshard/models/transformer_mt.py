@@ -119,18 +119,12 @@ class TransformerMT(base_layer.BaseLayer):
     per_token_xent [B,Lt], and every MoE layer's routing stats under 'moe/<stack>/<layer>/<name>'."""
     logits, aux, stats = self.ComputeLogits(batch, seed)
     labels, weights = batch['tgt_labels'], tf.cast(batch['tgt_weights'], tf.float32)
-    per_token_xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    ls = self.p.label_smoothing
-    if ls:
-      v = self.p.target_vocab_size
-      # Cross-entropy against (1-ls) one-hot + ls uniform, minus its entropy so a perfect fit scores 0.
-      log_probs = tf.nn.log_softmax(logits)
-      smooth = -(1.0 - ls) * tf.gather(log_probs, labels, batch_dims=2) - ls * tf.reduce_mean(log_probs, -1)
-      low = ls / v
-      min_entropy = -((1.0 - ls + low) * math.log(1.0 - ls + low) + (v - 1) * low * math.log(low + 1e-20))
-      per_token_loss = smooth - min_entropy
-    else:
-      per_token_loss = per_token_xent
+    loss_fn = _TokenLosses
+    if sharding.current().graph_mode:
+      # In TF-graph steps (the CPU mode) the [B,L,V] softmax/loss elementwise passes are compiled as one XLA
+      # island, so they fuse; the logits matmul stays on TF's kernels.
+      loss_fn = tf.function(_TokenLosses, jit_compile=True)
+    per_token_xent, per_token_loss = loss_fn(logits, labels, self.p.label_smoothing)
     num_tokens = tf.maximum(tf.reduce_sum(weights), 1.0)
     xent = tf.reduce_sum(per_token_xent * weights) / num_tokens
     loss = tf.reduce_sum(per_token_loss * weights) / num_tokens + self.p.aux_loss_weight * aux
@@ -161,3 +155,20 @@ class TransformerMT(base_layer.BaseLayer):
     y, caches = self.decoder.ExtendStep(x, state['caches'], step, self_bias, state['cross_bias'])
     logits = tf.cast(self.Logits(y), tf.float32)[:, 0, :]
     return tf.nn.log_softmax(logits), dict(state, caches=caches)
+
+
+def _TokenLosses(logits, labels, label_smoothing):
+  """logits [B,L,V] float32, labels [B,L] -> (per-token cross-entropy, per-token training loss) [B,L].
+
+  The training loss is the cross-entropy against (1-ls) one-hot + ls uniform, minus that distribution's
+  entropy so a perfect fit scores 0. One log-softmax serves both.
+  """
+  log_probs = tf.nn.log_softmax(logits)
+  nll = -tf.gather(log_probs, labels, batch_dims=2)
+  ls = label_smoothing
+  if not ls:
+    return nll, nll
+  v = logits.shape[-1]
+  low = ls / v
+  min_entropy = -((1.0 - ls + low) * math.log(1.0 - ls + low) + (v - 1) * low * math.log(low + 1e-20))
+  return nll, (1.0 - ls) * nll - ls * tf.reduce_mean(log_probs, -1) - min_entropy
