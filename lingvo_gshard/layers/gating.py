@@ -32,8 +32,10 @@ import tensorflow as tf
 
 SECOND_EXPERT_POLICIES = ('all', 'random', 'sampling')
 
-# The default 'auto_select' picks a different generator under XLA than on the CPU kernel, so the same seed
-# would route differently under jit_compile=True; Philox gives the same draws everywhere.
+# The default 'auto_select' picks a different generator under XLA than on the CPU kernel. Philox is pinned so
+# eager, tf.function and jit agree for a constant seed; with a seed computed at run time (a train step's
+# folded seed), XLA's Philox uniform still differs from the CPU kernel's, so random routing is reproducible
+# within one step mode (jit, or graph with XLA islands), not across them.
 _RNG_ALG = 'philox'
 # Smallest normal float32: lower bound of the uniform draw behind Gumbel noise, so -log(-log(u)) is finite.
 _TINY = 1.1754943508222875e-38
