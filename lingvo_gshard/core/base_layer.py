@@ -12,7 +12,6 @@ import hashlib
 import math
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from lingvo_gshard.core import hyperparams
@@ -223,10 +222,6 @@ class BaseLayer(tf.Module):
 
   def __call__(self, *args, **kwargs):
     return self.FProp(*args, **kwargs)
-
-
-def CountParams(specs) -> int:
-  return int(np.sum([s.size for _, s in specs], dtype=np.int64)) if specs else 0
 
 
 def FoldSeed(seed: Optional[tf.Tensor], name: str) -> Optional[tf.Tensor]:

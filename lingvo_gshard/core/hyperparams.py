@@ -19,7 +19,7 @@ import copy
 import difflib
 import importlib
 import re
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import tensorflow as tf
 
@@ -333,7 +333,3 @@ def _SplitTopLevel(text: str) -> List[str]:
   items.append(text[start:])
   return items
 
-
-def ParamsToDict(p: Params) -> Dict[str, str]:
-  """Flat {dotted name: text value}; handy for summaries and JSON."""
-  return {k: _ValueToText(v) for k, v in p.IterParams()}
