@@ -14,6 +14,13 @@ def _Tile(x, k):
   return tf.repeat(x, k, axis=0)
 
 
+def _Lengths(ids, eos_id, max_len):
+  """[B] lengths including the first eos (max_len when there is none)."""
+  is_eos = tf.equal(ids, eos_id)
+  first = tf.cast(tf.argmax(tf.cast(is_eos, tf.int32), 1), tf.int32) + 1
+  return tf.where(tf.reduce_any(is_eos, 1), first, max_len)
+
+
 def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len):
   """-> (ids [B,T] int32, padded with eos after the first eos; lengths [B] incl. eos; scores [B])."""
   state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, max_len)
@@ -30,10 +37,7 @@ def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_
   init = (tf.constant(0), tf.zeros([b, max_len], tf.int32), tf.cast(start_ids, tf.int32),
           tf.zeros([b], tf.bool), tf.zeros([b]), state)
   _, ids, _, _, score, _ = tf.while_loop(lambda step, *_: step < max_len, Body, init)
-  is_eos = tf.equal(ids, eos_id)
-  lengths = tf.where(tf.reduce_any(is_eos, 1), tf.cast(tf.argmax(tf.cast(is_eos, tf.int32), 1), tf.int32) + 1,
-                     max_len)
-  return ids, lengths, score
+  return ids, _Lengths(ids, eos_id, max_len), score
 
 
 def LengthPenalty(length, alpha):
@@ -126,7 +130,4 @@ def GreedyDecodeRecompute(model, src_ids, src_segment_ids, src_positions, start_
   inputs = tf.one_hot(0, max_len, dtype=tf.int32)[None, :] * tf.cast(start_ids, tf.int32)[:, None]
   init = (tf.constant(0), inputs, tf.zeros([b, max_len], tf.int32), tf.zeros([b], tf.bool), tf.zeros([b]))
   _, _, ids, _, score = tf.while_loop(lambda step, *_: step < max_len, Body, init)
-  is_eos = tf.equal(ids, eos_id)
-  lengths = tf.where(tf.reduce_any(is_eos, 1), tf.cast(tf.argmax(tf.cast(is_eos, tf.int32), 1), tf.int32) + 1,
-                     max_len)
-  return ids, lengths, score
+  return ids, _Lengths(ids, eos_id, max_len), score

@@ -18,6 +18,7 @@ from lingvo_gshard.core import sharding
 from lingvo_gshard.data import reader
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.models import decoding
+from lingvo_gshard.train import trainer
 
 
 def RestoreModel(exp: experiment_lib.Experiment, logdir: str, partitioner: sharding.Partitioner):
@@ -27,8 +28,7 @@ def RestoreModel(exp: experiment_lib.Experiment, logdir: str, partitioner: shard
     raise FileNotFoundError(f'{logdir}: no checkpoint (train it with python -m lingvo_gshard.tools.trainer)')
   with sharding.use(partitioner):
     model = exp.Task().Instantiate().InstantiateVariables(partitioner, exp.Learner().seed)
-  weights = {f'w/{path}'.replace('.', '/'): v for path, v in model.IterVariables()}
-  tf.train.Checkpoint(**weights).restore(ckpt_path).expect_partial().assert_existing_objects_matched()
+  tf.train.Checkpoint(**trainer.CheckpointObjects(model)).restore(ckpt_path).expect_partial().assert_existing_objects_matched()
   return model, ckpt_path
 
 

@@ -19,6 +19,15 @@ from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
 
 
+def CheckpointObjects(model, optimizer=None) -> Dict[str, tf.Variable]:
+  """Weights (and optimizer slots) by path, so checkpoints read like the params summary. The one key scheme
+  that the trainer writes and the evaluator restores."""
+  out = {f'w/{path}': v for path, v in model.IterVariables()}
+  for path, slots in (optimizer.slots.items() if optimizer else ()):
+    out.update({f'opt/{path}/{name}': v for name, v in slots.items()})
+  return {k.replace('.', '/'): v for k, v in out.items()}
+
+
 class Trainer:
   """Trains `experiment` under `partitioner`, logging to `logdir`."""
 
@@ -46,7 +55,8 @@ class Trainer:
     self.learner = learner_lib.Learner(self.task, self.learner_p.optimizer, partitioner, self.learner_p.seed)
     with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
       f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
-    self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step, **self._Trackables())
+    self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step,
+                                          **CheckpointObjects(self.learner.model, self.learner.optimizer))
     self.manager = tf.train.CheckpointManager(self.checkpoint, logdir, max_to_keep=3)
     self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) for s in ('train', 'dev')}
 
@@ -61,13 +71,6 @@ class Trainer:
       raise ValueError(f'{type(self.exp).__name__} needs {need / 2**30:.1f} GiB per device for weights, '
                        f'gradients and optimizer state on mesh {self.partitioner.mesh}; this machine has '
                        f'{have / 2**30:.1f} GiB (analyse it with tools/model_analysis instead)')
-
-  def _Trackables(self) -> Dict[str, tf.Variable]:
-    """Weights and optimizer slots by path, so checkpoints read like the params summary."""
-    out = {f'w/{path}': v for path, v in self.learner.model.IterVariables()}
-    for path, slots in self.learner.optimizer.slots.items():
-      out.update({f'opt/{path}/{name}': v for name, v in slots.items()})
-    return {k.replace('.', '/'): v for k, v in out.items()}
 
   def _WriteParams(self):
     parts = [('task', self.task), ('learner', self.learner_p)]
