@@ -100,8 +100,9 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
   a2a = 0
   if moes:
     l = moes[0]
-    g, s = l.GroupShape(int(tokens_per_step)) if tokens_per_step % min(l.p.group_size, tokens_per_step) == 0 \
-        else (math.ceil(tokens_per_step / l.p.group_size), l.p.group_size)
+    # Groups as MoELayer.GroupShape forms them; a token count it would reject counts a padded last group.
+    s = min(l.p.group_size, int(tokens_per_step))
+    g = math.ceil(tokens_per_step / s)
     c = gating_lib.expert_capacity(s, l.p.num_experts, l.p.capacity_factor, l.p.min_capacity)
     buffer_bytes = l.p.num_experts * g * c * l.p.input_dim * 4
     a2a = int(4 * buffer_bytes / mesh.size * (mesh.size - 1) / mesh.size)
