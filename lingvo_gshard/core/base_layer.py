@@ -237,13 +237,30 @@ def FoldSeed(seed: Optional[tf.Tensor], name: str) -> Optional[tf.Tensor]:
 
 
 def Dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor], name: str) -> tf.Tensor:
-  """Stateless dropout; identity when `seed` is None (evaluation) or `rate` is 0."""
+  """Stateless dropout; identity when `seed` is None (evaluation) or `rate` is 0.
+
+  Each element is kept when 16 random bits are >= round(rate * 2^16), so the dropped fraction is `rate` to
+  within 2^-17, and kept elements are scaled by 1 / (that keep probability): E[output] = x exactly.
+  """
   if seed is None or not rate:
     return x
+  if not 0.0 < rate < 1.0:
+    raise ValueError(f'dropout rate of {name!r} must be in [0, 1), got {rate}')
+  threshold = min(max(round(rate * 2**16), 1), 2**16 - 1)
+  scale = 2**16 / (2**16 - threshold)
   # Philox explicitly: tf.nn.experimental.stateless_dropout's 'auto_select' generator runs ~70x slower under
-  # XLA on CPU (170 ms vs 2.3 ms for 0.5 M draws). Raw uint32 bits against an integer threshold skip the
-  # float conversion: 4.9 vs 8.7 ms per 2 M draws in a TF graph.
-  bits = tf.random.stateless_uniform(tf.shape(x), FoldSeed(seed, name), minval=None, maxval=None,
-                                     dtype=tf.uint32, alg='philox')
-  keep = bits >= tf.constant(min(int(rate * 2**32), 2**32 - 1), tf.uint32)
-  return tf.where(keep, x / tf.cast(1.0 - rate, x.dtype), tf.zeros_like(x))
+  # XLA on CPU (170 ms vs 2.3 ms for 0.5 M draws). Philox was still ~10% of M4TinyDense's step, so each uint32
+  # draw serves two elements (a free bitcast to 2 x uint16), and the mask is a product whose gradient is one
+  # multiply: 3.7 vs 5.7 ms for forward + backward on 2 M elements in a TF graph, 2.5 vs 3.5 ms under XLA.
+  if x.shape.rank == 0:
+    return tf.reshape(Dropout(tf.reshape(x, [1]), rate, seed, name), [])
+  shape = tf.shape(x)
+  last = x.shape[-1] if x.shape[-1] is not None else shape[-1]
+  words = (last + 1) // 2
+  bits = tf.random.stateless_uniform(tf.concat([shape[:-1], [words]], axis=0), FoldSeed(seed, name),
+                                     minval=None, maxval=None, dtype=tf.uint32, alg='philox')
+  bits = tf.reshape(tf.bitcast(bits, tf.uint16), tf.concat([shape[:-1], [2 * words]], axis=0))
+  if not isinstance(last, int) or last % 2:
+    bits = bits[..., :last]
+  keep = bits >= tf.constant(threshold, tf.uint16)
+  return x * (tf.cast(keep, x.dtype) * tf.cast(scale, x.dtype))
