@@ -3,9 +3,10 @@ r"""Training and decoding speed of the CPU-sized experiments, against references
   python -m lingvo_gshard.tools.model_benchmark [--models=M4TinyDense,M4TinyMoE] [--json=-]
 
 Training: a full step (forward, backward, Adafactor update; no dropout draws skipped) on a synthetic batch of
-the experiment's Train() shape, jit-compiled, median of repeated steps; tokens/s (source + target) and
+the experiment's Train() shape, in each of --modes, median of repeated steps; tokens/s (source + target) and
 achieved FLOP/s = 3 x forward FLOPs per token (models/analysis.py) x tokens / step time, as a fraction of one
-large jit-compiled matmul timed in the same run (target >= 50%).
+large jit-compiled matmul (target >= 50%). The matmul and the steps are timed round-robin (one call of each
+per round), so load from other processes slows the reference and the steps alike.
 Decoding: greedy to length --decode_len with the incremental cache vs recomputing the whole prefix every step
 (target >= 5x), both jit-compiled, on the same random model and sources.
 """
@@ -24,7 +25,7 @@ from lingvo_gshard.models import analysis
 from lingvo_gshard.models import decoding
 
 _MODELS = flags.DEFINE_list('models', ['M4TinyDense', 'M4TinyMoE'], 'Experiments to time.')
-_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed steps (round-robin over the cases).')
+_REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed rounds (one call of the matmul and of every step per round).')
 _DECODE_LEN = flags.DEFINE_integer('decode_len', 64, 'Decoded length.')
 _DECODE_BATCH = flags.DEFINE_integer('decode_batch', 16, 'Sentences decoded together.')
 _MATMUL = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N^3 matmul.')
@@ -58,16 +59,29 @@ def SyntheticBatch(rows, src_len, tgt_len, src_vocab, tgt_vocab, seed=0):
   return batch
 
 
-def MatmulFlops(n, repeats):
+def RoundRobin(fns, repeats):
+  """Median seconds of each fn, timed one call of each per round."""
+  times = [[] for _ in fns]
+  for _ in range(repeats):
+    for fn, t in zip(fns, times):
+      start = time.perf_counter()
+      fn()
+      t.append(time.perf_counter() - start)
+  return [float(np.median(t)) for t in times]
+
+
+def Matmul(n):
+  """(FLOPs, call) of one jit-compiled n^3 matmul, compiled."""
   a = tf.random.normal([n, n])
   mm = tf.function(lambda a: tf.matmul(a, a), jit_compile=True)
   mm(a)
-  # Timed without `.numpy()`: copying the 16 MB result out would add ~4% to the reference's time. A
-  # tf.function call in synchronous eager mode returns computed outputs; async_wait also covers async mode.
-  return 2 * n**3 / _Median(lambda: (mm(a), context.async_wait()), repeats)
+  # Not `.numpy()`: copying the 16 MB result out would add ~4% to the reference's time. A tf.function call
+  # in synchronous eager mode returns computed outputs; async_wait also covers async mode.
+  return 2 * n**3, lambda: (mm(a), context.async_wait())
 
 
-def TrainCase(name, repeats, mode='jit'):
+def TrainCase(name, mode='jit'):
+  """(result dict without timings, step call, learner, task), compiled."""
   exp = registry.Get(name)
   inp = exp.Train()
   rows = inp.batch_rows
@@ -83,16 +97,23 @@ def TrainCase(name, repeats, mode='jit'):
   start = time.perf_counter()
   float(learner.TrainStep(batch)['loss'])
   compile_s = time.perf_counter() - start
-  step_s = _Median(lambda: float(learner.TrainStep(batch)['loss']), repeats)
   a = analysis.Analyze(name, task.Instantiate(), exp.Partitioner('none'), tokens_per_step=rows * length,
                        seq_len=length)
   tokens = rows * length
   # Training = 3x forward: the encoder's FLOPs per source token, the decoder's (softmax included) per target.
   flops = 3 * rows * (a.encoder_flops_per_token * src_len + a.decoder_flops_per_token * length)
-  return dict(name=name, mode=mode, rows=rows, src_length=src_len, length=length, compile_s=compile_s, step_s=step_s,
-              target_tokens_per_s=tokens / step_s, tokens_per_s=rows * (src_len + length) / step_s,
-              flops_per_step=flops, flop_per_s=flops / step_s, params=a.total_params,
-              active_params=a.active_params_per_token), learner, task
+  result = dict(name=name, mode=mode, rows=rows, src_length=src_len, length=length, compile_s=compile_s,
+                tokens=tokens, flops_per_step=flops, params=a.total_params,
+                active_params=a.active_params_per_token)
+  return result, lambda: float(learner.TrainStep(batch)['loss']), learner, task
+
+
+def AddTimes(result, step_s, matmul_flop_per_s):
+  tokens = result.pop('tokens')
+  result.update(step_s=step_s, target_tokens_per_s=tokens / step_s,
+                tokens_per_s=result['rows'] * (result['src_length'] + result['length']) / step_s,
+                flop_per_s=result['flops_per_step'] / step_s)
+  result['flops_fraction'] = result['flop_per_s'] / matmul_flop_per_s
 
 
 def DecodeCase(name, learner, task, batch_size, length, repeats):
@@ -119,16 +140,23 @@ def main(argv):
     [registry.GetClass(n) for n in _MODELS.value]
   except registry.RegistryError as e:
     raise app.UsageError(str(e))
-  matmul = MatmulFlops(_MATMUL.value, _REPEATS.value)
-  train, decode = [], []
+  for mode in _MODES.value:
+    if mode not in ('jit', 'graph'):
+      raise app.UsageError(f"--modes: {mode!r} is not 'jit' or 'graph'")
+  matmul_flops, matmul_call = Matmul(_MATMUL.value)
+  train, steps, decoders = [], [], []
   for name in _MODELS.value:
     for mode in _MODES.value:
-      if mode not in ('jit', 'graph'):
-        raise app.UsageError(f"--modes: {mode!r} is not 'jit' or 'graph'")
-      result, learner, task = TrainCase(name, _REPEATS.value, mode)
-      result['flops_fraction'] = result['flop_per_s'] / matmul
+      result, step, learner, task = TrainCase(name, mode)
       train.append(result)
-    decode.append(DecodeCase(name, learner, task, _DECODE_BATCH.value, _DECODE_LEN.value, _REPEATS.value))
+      steps.append(step)
+    decoders.append((name, learner, task))
+  matmul_s, *step_s = RoundRobin([matmul_call] + steps, _REPEATS.value)
+  matmul = matmul_flops / matmul_s
+  for result, t in zip(train, step_s):
+    AddTimes(result, t, matmul)
+  decode = [DecodeCase(name, learner, task, _DECODE_BATCH.value, _DECODE_LEN.value, _REPEATS.value)
+            for name, learner, task in decoders]
   print(f'reference matmul {_MATMUL.value}^3 (jit): {matmul / 1e9:.1f} GFLOP/s')
   print(f'{"train step":<20} {"rows x len":>10} {"step ms":>8} {"tgt tok/s":>10} {"GFLOP/s":>8} '
         f'{"of matmul":>9} {"compile s":>9}')
