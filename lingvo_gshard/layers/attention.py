@@ -65,11 +65,15 @@ class MultiHeadAttention(base_layer.BaseLayer):
   def _Attend(self, q, k, v, bias, seed):
     """q: [B,T,N,D], k/v: [B,S,N,D], bias: [B,1,T,S] -> context [B,T,N,D]. Softmax in float32."""
     q = q * tf.cast(self.dim_per_head ** -0.5, q.dtype)
-    logits = tf.einsum('BTND,BSND->BNTS', q, k)
+    # Heads to the front once, then batched matmuls: TF's einsum transposes 'BTND,BSND->BNTS' operands and
+    # outputs itself, and again in each gradient einsum. Forward + backward of one attention on the 2-core
+    # CPU (B=16, T=S=128, N=4, D=64): 5.5 ms vs 6.9 ms with the two einsums. XLA makes the same dots.
+    q, k, v = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))  # [B,N,L,D]
+    logits = tf.matmul(q, k, transpose_b=True)  # [B,N,T,S]
     logits = tf.cast(logits, tf.float32) + bias
     probs = tf.nn.softmax(logits, axis=-1)
     probs = base_layer.Dropout(probs, self.p.atten_dropout_prob, seed, f'{self.path}.probs')
-    return tf.einsum('BNTS,BSND->BTND', tf.cast(probs, v.dtype), v)
+    return tf.transpose(tf.matmul(tf.cast(probs, v.dtype), v), [0, 2, 1, 3])
 
   def _Post(self, ctx):
     y = tf.einsum('BTND,NDM->BTM', ctx, tf.cast(self.w.post, ctx.dtype))
