@@ -49,3 +49,34 @@ def test_adafactor_matches_numpy():
     opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
   ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
   np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def _NumpyAdafactorVector(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=0.8):
+  """Adafactor of a vector: an unfactored second moment."""
+  w = w.astype(np.float64).copy()
+  v = np.zeros(w.shape)
+  for t, g in enumerate(grads, 1):
+    g = g.astype(np.float64)
+    decay = 1 - t ** -decay_exp
+    v = decay * v + (1 - decay) * (g * g + eps1)
+    u = g / np.sqrt(v)
+    u /= max(1.0, np.sqrt(np.mean(u * u)) / clip)
+    w -= lr_fn(t) * max(eps2, np.sqrt(np.mean(w * w))) * u
+  return w
+
+
+def test_adafactor_vector_and_clipping_match_numpy():
+  """The unfactored path (biases, scales), with a gradient spike that triggers update clipping."""
+  rng = np.random.RandomState(1)
+  spec = base_layer.WeightSpec((7,), ('model',))
+  w0 = rng.normal(size=spec.shape).astype(np.float32)
+  grads = [rng.normal(size=spec.shape).astype(np.float32) * s for s in (1.0, 50.0, 0.01)]
+  opt = optimizers.Adafactor.Params().Set(learning_rate=0.5, warmup_steps=2).Instantiate()
+  partitioner = sharding.Partitioner('none')
+  var = partitioner.CreateVariable('b', lambda: tf.constant(w0), spec.logical_axes)
+  opt.CreateSlots([('b', var, spec)], partitioner)
+  assert set(opt.slots['b']) == {'v'}
+  for t, g in enumerate(grads, 1):
+    opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
+  ref = _NumpyAdafactorVector(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
+  np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
