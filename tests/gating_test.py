@@ -233,6 +233,22 @@ def test_expert_choice_matches_reference(capacity, with_paddings):
   _assert_matches(result, reference_expert_choice(logits, paddings, capacity), paddings)
 
 
+@pytest.mark.parametrize('group_size', [64, 100])  # 100: not a multiple of the cumsum's 16-token blocks
+def test_long_groups_match_reference_under_eager_and_jit(group_size):
+  """Groups long enough for the blocked cumsum and wide enough (E=32) for the min-index argmax."""
+  rng = np.random.RandomState(5)
+  logits = (rng.normal(size=(2, group_size, 32)) * 2.0).astype(np.float32)
+  logits[0, :, 3] += 3.0  # a popular expert, so queues grow long and overflow
+  paddings = np.zeros((2, group_size), np.float32)
+  paddings[1, group_size // 2:] = 1.0
+  for name, reference in [('top2', lambda: reference_top2(logits, paddings, 12, 'all')),
+                          ('top1', lambda: reference_top1(logits, paddings, 12))]:
+    fn = lambda l, p, name=name: gating.gating(name, l, capacity=12, paddings=p)
+    for run in (fn, tf.function(fn, jit_compile=True)):
+      _assert_matches(run(tf.constant(logits), tf.constant(paddings)), reference(), paddings)
+  assert reference_top2(logits, paddings, 12, 'all')[0][1].max() >= 12  # some choices really overflowed
+
+
 def test_second_choices_queue_behind_first_choices():
   # Hand-worked example, E = 2: first choices [0, 1, 0, 0], second choices [1, 0, 1, 1].
   logits = np.array([[[2., 0.], [0., 2.], [3., 0.], [1., 0.]]], np.float32)

