@@ -5,9 +5,10 @@ r"""Trains a registered experiment by name.
   python -m lingvo_gshard.tools.trainer --model=Bilingual_de --max_steps=2000 \
       --model_params_override='encoder.num_layers=2'
 
-Backends: none (one device, XLA-compiled), dtensor (a CPU/GPU mesh; 8 virtual CPU devices with
---virtual_devices=8), xla (annotated for XLA SPMD; on Cloud TPU pass --tpu). A rerun resumes from the latest
-checkpoint in --logdir. Bad names, meshes or overrides exit 1 with one line.
+Backends: none (one device: whole steps XLA-compiled with a GPU, TF graphs with XLA islands on a CPU; --jit),
+dtensor (a CPU/GPU mesh; 8 virtual CPU devices with --virtual_devices=8), xla (annotated for XLA SPMD; on
+Cloud TPU pass --tpu). A rerun resumes from the latest checkpoint in --logdir. Bad names, meshes or overrides
+exit 1 with one line.
 """
 import sys
 
@@ -21,8 +22,9 @@ _BACKEND = flags.DEFINE_enum('backend', 'none', ['none', 'dtensor', 'xla'], 'Sha
 _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: the experiment\'s.')
 _VIRTUAL = flags.DEFINE_integer('virtual_devices', 0, 'Split the CPU into this many logical devices.')
 _TPU = flags.DEFINE_string('tpu', None, 'Cloud TPU name or address (xla backend on TPU).')
-_JIT = flags.DEFINE_bool('jit', True, 'none backend: XLA-compile whole steps. --nojit runs TF graphs with XLA '
-                         'islands around MoE routing: faster on CPUs (oneDNN matmuls), slower on accelerators.')
+_JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps (default with a GPU). --nojit (default '
+                         'on a CPU-only machine) runs TF graphs with XLA islands around MoE routing: oneDNN '
+                         'matmuls make M4Tiny steps 1.25-1.4x faster on a CPU (tools/model_benchmark.py).')
 _MAX_STEPS = flags.DEFINE_integer('max_steps', None, 'Override the experiment\'s max_steps.')
 _OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Task params overrides: a.b=1,c=2.')
 flags.mark_flags_as_required(['model', 'logdir'])
@@ -53,7 +55,10 @@ def main(argv):
         trainer = trainer_lib.Trainer(exp, partitioner, _LOGDIR.value, _DATA_DIR.value, _OVERRIDES.value,
                                       _MAX_STEPS.value)
     else:
-      kwargs = {} if _JIT.value else {'jit': False}
+      jit = _JIT.value
+      if jit is None:  # TF graphs + islands only on a CPU-only machine's none backend
+        jit = _BACKEND.value != 'none' or bool(tf.config.list_physical_devices('GPU'))
+      kwargs = {} if jit else {'jit': False}
       partitioner = exp.Partitioner(_BACKEND.value, _MESH.value or None, **kwargs)
       trainer = trainer_lib.Trainer(exp, partitioner, _LOGDIR.value, _DATA_DIR.value, _OVERRIDES.value,
                                     _MAX_STEPS.value)

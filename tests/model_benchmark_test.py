@@ -1,0 +1,58 @@
+"""tools/model_benchmark.py at toy sizes: it runs, and its figures follow their definitions."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lingvo_gshard.core import registry
+from lingvo_gshard.models import analysis
+from lingvo_gshard.tools import model_benchmark
+
+
+def test_round_robin_times_every_call_each_round():
+  calls = []
+  medians = model_benchmark.RoundRobin([lambda: calls.append('a'), lambda: calls.append('b')], 3)
+  assert calls == ['a', 'b'] * 3
+  assert len(medians) == 2 and all(m >= 0 for m in medians)
+
+
+def test_synthetic_batch_is_one_full_segment_per_row():
+  batch = model_benchmark.SyntheticBatch(3, 5, 4, 100, 50)
+  assert batch['src_ids'].shape == (3, 5) and batch['tgt_ids'].shape == (3, 4)
+  assert batch['src_ids'].min() >= 3 and batch['src_ids'].max() < 100 and batch['tgt_labels'].max() < 50
+  np.testing.assert_array_equal(batch['tgt_positions'], np.tile(np.arange(4), (3, 1)))
+  assert (batch['src_segment_ids'] == 1).all() and (batch['tgt_weights'] == 1).all()
+
+
+def test_tool_reports_consistent_figures(tmp_path):
+  out = tmp_path / 'bench.json'
+  subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.model_benchmark', '--models=M4TinyDense',
+                  '--modes=graph', '--repeats=1', '--decode_len=4', '--decode_batch=2', '--matmul_dim=256',
+                  f'--json={out}'], check=True, capture_output=True, text=True)
+  results = json.loads(out.read_text())
+  [train], [decode] = results['train'], results['decode']
+  registry.LoadAll()
+  exp = registry.Get('M4TinyDense')
+  inp = exp.Train()
+  assert (train['rows'], train['src_length'], train['length']) == (
+      inp.batch_rows, inp.packed_source_length, inp.packed_target_length)
+  # FLOPs per step = 3 x forward FLOPs of the source and target tokens (models/analysis.py).
+  a = analysis.Analyze('M4TinyDense', exp.Task().Instantiate(), exp.Partitioner('none'),
+                       tokens_per_step=train['rows'] * train['length'], seq_len=train['length'])
+  flops = 3 * train['rows'] * (a.encoder_flops_per_token * train['src_length'] +
+                               a.decoder_flops_per_token * train['length'])
+  assert train['flops_per_step'] == pytest.approx(flops)
+  assert train['flop_per_s'] == pytest.approx(flops / train['step_s'])
+  assert train['flops_fraction'] == pytest.approx(train['flop_per_s'] / results['matmul_flop_per_s'])
+  assert train['target_tokens_per_s'] == pytest.approx(train['rows'] * train['length'] / train['step_s'])
+  assert decode['same_output'] is True
+  assert decode['speedup'] == pytest.approx(decode['recompute_s'] / decode['cached_s'])
+
+
+def test_unknown_model_is_a_usage_error():
+  proc = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.model_benchmark', '--models=NoSuchModel'],
+                        capture_output=True, text=True)
+  assert proc.returncode != 0
+  assert 'NoSuchModel' in proc.stderr
