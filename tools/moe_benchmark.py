@@ -67,6 +67,10 @@ _KEEP_FREED_MEMORY = flags.DEFINE_bool(
     "glibc mallopt: serve large buffers from the heap and never give freed memory back to the kernel, so a "
     "step's outputs land on pages that are already mapped (tcmalloc-like). Off: glibc maps every buffer over "
     "32 MB afresh and the kernel zero-fills it page by page on first touch (see the faults column).")
+_WI_LAYOUT = flags.DEFINE_enum(
+    'wi_layout', 'auto', ['auto', 'emh', 'ehm'],
+    "Storage of the experts' first matmul (moe.moe_ffn's wi_layout). auto: each mode's faster one, 'ehm' for "
+    "TF-graph (hybrid, graph) steps and 'emh' for jit steps.")
 _PROFILE = flags.DEFINE_bool('profile', False, 'Print the per-op time of the index step at --num_experts.')
 _JSON = flags.DEFINE_string('json', '', "Write the results as JSON to this path ('-' = stdout).")
 
@@ -109,19 +113,29 @@ def _dense_case(g, s, m, h, x, dy, rng, compile_mode):
                3 * 2 * (2 * g * s * m * 2 * h), kind='dense', mode=compile_mode)
 
 
+def _WiLayout(mode):
+  if _WI_LAYOUT.value != 'auto':
+    return _WI_LAYOUT.value
+  return 'emh' if mode == 'jit' else 'ehm'
+
+
 def _moe_case(g, s, m, h, e, cf, dispatch, mode, x, dy, rng):
+  wi_layout = _WiLayout(mode)
+
   def _fn(x, w_gate, wi, wo):
     y, aux, _ = moe.moe_ffn(x, w_gate, wi, wo, capacity_factor=cf, dispatch=dispatch,
-                            xla_islands=mode == 'hybrid')
+                            xla_islands=mode == 'hybrid', wi_layout=wi_layout)
     return y, aux
 
   w_gate = rng.normal(size=(m, e)) / np.sqrt(m)
   wi = rng.normal(size=(e, m, h)) / np.sqrt(m)
+  if wi_layout == 'ehm':
+    wi = np.ascontiguousarray(np.transpose(wi, [0, 2, 1]))
   wo = rng.normal(size=(e, h, m)) / np.sqrt(h)
   c = gating.expert_capacity(s, e, cf)
   flops = 3 * (2 * (2 * e * g * c * m * h) + 2 * g * s * m * e)
   return _Case(f'MoE {dispatch} E={e} C={c} {mode}', _grad_step(_fn, mode == 'jit'), [x, dy, w_gate, wi, wo],
-               flops, kind='moe', experts=e, capacity=c, dispatch=dispatch, mode=mode)
+               flops, kind='moe', experts=e, capacity=c, dispatch=dispatch, mode=mode, wi_layout=wi_layout)
 
 
 def _matmul_case(n, a, b, compile_mode):

@@ -22,9 +22,11 @@ from lingvo_gshard.core import sharding
 class WeightInit:
   """How a weight is initialised. `method`: 'gaussian' (stddev=scale), 'uniform' ([-scale, scale]),
   'xavier' (uniform with limit scale*sqrt(6/(fan_in+fan_out)) over the last two dims), 'fan_in' (gaussian with
-  stddev scale/sqrt(fan_in), fan_in = product of all dims but the last), 'constant' (value scale)."""
+  stddev scale/sqrt(fan_in), fan_in = product of the dims in `fan_in_axes`, default all but the last: an
+  expert weight [E,M,H] names (1,), since each expert is its own [M,H] matrix), 'constant' (value scale)."""
   method: str = 'xavier'
   scale: float = 1.0
+  fan_in_axes: Optional[Tuple[int, ...]] = None
 
   @classmethod
   def Gaussian(cls, scale=1.0):
@@ -39,8 +41,8 @@ class WeightInit:
     return cls('xavier', scale)
 
   @classmethod
-  def FanIn(cls, scale=1.0):
-    return cls('fan_in', scale)
+  def FanIn(cls, scale=1.0, fan_in_axes=None):
+    return cls('fan_in', scale, None if fan_in_axes is None else tuple(fan_in_axes))
 
   @classmethod
   def Constant(cls, value=0.0):
@@ -85,7 +87,10 @@ def InitialValue(spec: WeightSpec, path: str, global_seed: int = 1234) -> tf.Ten
     limit = init.scale * math.sqrt(6.0 / (fan_in + fan_out))
     value = tf.random.stateless_uniform(shape, seed, -limit, limit)
   elif init.method == 'fan_in':
-    fan_in = math.prod(shape[:-1]) if len(shape) > 1 else shape[0]
+    if init.fan_in_axes is not None:
+      fan_in = math.prod(shape[a] for a in init.fan_in_axes)
+    else:
+      fan_in = math.prod(shape[:-1]) if len(shape) > 1 else shape[0]
     value = tf.random.stateless_normal(shape, seed) * (init.scale / math.sqrt(fan_in))
   else:
     raise ValueError(f'{path}: unknown init method {init.method!r}')

@@ -34,16 +34,24 @@ def _identity(t, logical_axes):
   return t
 
 
-def _check_shapes(x, w_gate, wi, wo):
+WI_LAYOUTS = ('emh', 'ehm')
+
+
+def _check_shapes(x, w_gate, wi, wo, wi_layout='emh'):
   if x.shape.rank != 3 or x.shape[-1] is None:
     raise ValueError(f'x must be [G,S,M] with a static M, got shape {x.shape}')
   m = x.shape[-1]
   if w_gate.shape.rank != 2 or w_gate.shape[0] != m or w_gate.shape[1] is None:
     raise ValueError(f'w_gate must be [M,E] with M={m} and a static E, got shape {w_gate.shape}')
   e = w_gate.shape[1]
-  if wi.shape.rank != 3 or wi.shape[0] != e or wi.shape[1] != m:
+  if wi_layout == 'ehm':
+    if wi.shape.rank != 3 or wi.shape[0] != e or wi.shape[2] != m:
+      raise ValueError(f"wi must be [E,H,M] = [{e},H,{m}] with wi_layout='ehm', got shape {wi.shape}")
+    h = wi.shape[1]
+  elif wi.shape.rank != 3 or wi.shape[0] != e or wi.shape[1] != m:
     raise ValueError(f'wi must be [E,M,H] = [{e},{m},H], got shape {wi.shape}')
-  h = wi.shape[2]
+  else:
+    h = wi.shape[2]
   if wo.shape.rank != 3 or wo.shape.as_list() != [e, h, m]:
     raise ValueError(f'wo must be [E,H,M] = [{e},{h},{m}], got shape {wo.shape}')
 
@@ -88,7 +96,7 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
             second_expert_policy: str = 'all', paddings=None, seed=None,
             activation: Callable[[tf.Tensor], tf.Tensor] = tf.nn.relu, min_capacity: int = 4,
             capacity: Optional[int] = None, annotate: Optional[Callable] = None,
-            xla_islands: bool = False) -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
+            xla_islands: bool = False, wi_layout: str = 'emh') -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
   """Mixture-of-Experts FFN: each token is processed by its gated experts and the outputs are combined.
 
   Args:
@@ -129,7 +137,9 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
   annotate = annotate or _identity
   x = tf.convert_to_tensor(x)
   w_gate, wi, wo = (tf.convert_to_tensor(w) for w in (w_gate, wi, wo))
-  _check_shapes(x, w_gate, wi, wo)
+  if wi_layout not in WI_LAYOUTS:
+    raise ValueError(f'wi_layout must be one of {WI_LAYOUTS}, got {wi_layout!r}')
+  _check_shapes(x, w_gate, wi, wo, wi_layout)
   if dispatch not in DISPATCH_MODES:
     raise ValueError(f'dispatch must be one of {DISPATCH_MODES}, got {dispatch!r}')
   group_size, num_experts = x.shape[1], w_gate.shape[1]
@@ -176,11 +186,12 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
   logits = router_logits(x, w_gate)
   expert_in, to_combine, aux_loss, stats = _route_and_dispatch(x, logits, paddings, seed)
 
-  expert_out = _expert_ffn(expert_in, tf.cast(wi, x.dtype), tf.cast(wo, x.dtype), activation, annotate)
+  expert_out = _expert_ffn(expert_in, tf.cast(wi, x.dtype), tf.cast(wo, x.dtype), activation, annotate,
+                           wi_transposed=wi_layout == 'ehm')
   return _combine(expert_out, to_combine), aux_loss, stats
 
 
-def _expert_ffn(expert_in, wi, wo, activation, annotate):
+def _expert_ffn(expert_in, wi, wo, activation, annotate, wi_transposed=False):
   """[E,G,C,M] -> [E,G,C,M]: each expert's FFN on its G·C slots.
 
   Batched matmuls on [E, G·C, M] rather than einsums on [E,G,C,M]: the reshapes are free (XLA bitcasts,
@@ -189,8 +200,9 @@ def _expert_ffn(expert_in, wi, wo, activation, annotate):
   forward + backward at E=128, C=16 took 1.6-2x as long with einsums. Under XLA both are the same dots.
   """
   num_experts, capacity, model_dim = expert_in.shape[0], expert_in.shape[2], expert_in.shape[3]
-  hidden_dim = wi.shape[-1]
-  hidden = activation(tf.matmul(tf.reshape(expert_in, [num_experts, -1, model_dim]), wi))
+  hidden_dim = wo.shape[1]
+  hidden = activation(tf.matmul(tf.reshape(expert_in, [num_experts, -1, model_dim]), wi,
+                                transpose_b=wi_transposed))
   hidden = annotate(tf.reshape(hidden, [num_experts, -1, capacity, hidden_dim]),
                     ('expert', 'group', 'capacity', 'hidden'))
   expert_out = tf.matmul(tf.reshape(hidden, [num_experts, -1, hidden_dim]), wo)
