@@ -17,17 +17,23 @@ def test_rsqrt_schedule_matches_the_paper():
 
 
 def _NumpyAdafactor(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=0.8):
-  """Adafactor (beta1 = 0, factored second moments, update clipping, parameter scale) in NumPy float64."""
+  """Adafactor (beta1 = 0, second moments factored for matrices, update clipping, parameter scale) in NumPy
+  float64."""
   w = w.astype(np.float64).copy()
+  factored = w.ndim >= 2
   row = np.zeros(w.shape[:-1])
   col = np.zeros(w.shape[:-2] + w.shape[-1:])
+  v = np.zeros(w.shape)
   for t, g in enumerate(grads, 1):
     g = g.astype(np.float64)
     decay = 1 - t ** -decay_exp
     g2 = g * g + eps1
-    row = decay * row + (1 - decay) * g2.mean(-1)
-    col = decay * col + (1 - decay) * g2.mean(-2)
-    v = row[..., :, None] * col[..., None, :] / row.mean(-1)[..., None, None]
+    if factored:
+      row = decay * row + (1 - decay) * g2.mean(-1)
+      col = decay * col + (1 - decay) * g2.mean(-2)
+      v = row[..., :, None] * col[..., None, :] / row.mean(-1)[..., None, None]
+    else:
+      v = decay * v + (1 - decay) * g2
     u = g / np.sqrt(v)
     u /= max(1.0, np.sqrt(np.mean(u * u)) / clip)
     w -= lr_fn(t) * max(eps2, np.sqrt(np.mean(w * w))) * u
@@ -51,20 +57,6 @@ def test_adafactor_matches_numpy():
   np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
 
 
-def _NumpyAdafactorVector(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=0.8):
-  """Adafactor of a vector: an unfactored second moment."""
-  w = w.astype(np.float64).copy()
-  v = np.zeros(w.shape)
-  for t, g in enumerate(grads, 1):
-    g = g.astype(np.float64)
-    decay = 1 - t ** -decay_exp
-    v = decay * v + (1 - decay) * (g * g + eps1)
-    u = g / np.sqrt(v)
-    u /= max(1.0, np.sqrt(np.mean(u * u)) / clip)
-    w -= lr_fn(t) * max(eps2, np.sqrt(np.mean(w * w))) * u
-  return w
-
-
 def test_adafactor_vector_and_clipping_match_numpy():
   """The unfactored path (biases, scales), with a gradient spike that triggers update clipping."""
   rng = np.random.RandomState(1)
@@ -78,5 +70,5 @@ def test_adafactor_vector_and_clipping_match_numpy():
   assert set(opt.slots['b']) == {'v'}
   for t, g in enumerate(grads, 1):
     opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
-  ref = _NumpyAdafactorVector(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
+  ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
   np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
