@@ -95,3 +95,34 @@ def test_bfloat16_keeps_dtype():
   y = base_layer.Dropout(x, 0.1, SEED, 'bf16')
   assert y.dtype == tf.bfloat16
   assert 0 < float(tf.reduce_mean(tf.cast(y == 0, tf.float32))) < 0.3
+
+
+def test_both_ways_of_splitting_a_word_give_the_same_mask():
+  """The bitcast (none backend) and the comparisons (DTensor, XLA SPMD) read the same low and high halves."""
+  bits = tf.random.stateless_uniform([64, 33], [9, 9], minval=None, maxval=None, dtype=tf.uint32, alg='philox')
+  for threshold in (1, 6554, 32768, 65535):
+    via_bitcast = base_layer._KeepHalves(bits, threshold, bitcast=True).numpy()
+    via_compare = base_layer._KeepHalves(bits, threshold, bitcast=False).numpy()
+    np.testing.assert_array_equal(via_bitcast, via_compare)
+    b = bits.numpy()
+    np.testing.assert_array_equal(via_bitcast[..., 0], (b & 0xFFFF) >= threshold)
+    np.testing.assert_array_equal(via_bitcast[..., 1], (b >> 16) >= threshold)
+
+
+@pytest.mark.parametrize('mesh,axes', [('data:8', ('batch', None, None)),
+                                       ('data:2,model:4', ('batch', None, 'model'))])
+def test_dtensor_sharded_dropout(mesh, axes):
+  """On a mesh each shard draws its own bits (DTensor's stateless RNG), so masks differ from one device's;
+  the rate and the scale hold."""
+  from lingvo_gshard.core import sharding  # pylint: disable=g-import-not-at-top
+  rate = 0.3
+  x = np.ones([8, 64, 32], np.float32)
+  partitioner = sharding.Partitioner('dtensor', mesh)
+  with sharding.use(partitioner):
+    step = partitioner.Function(lambda x, seed: base_layer.Dropout(x, rate, seed, 'dt'))
+    y = partitioner.Fetch(step(partitioner.ToDevice(x, axes),
+                               partitioner.ToDevice(np.array([5, 6], np.int32), (None,))))
+  assert y.shape == x.shape
+  kept = y != 0
+  assert abs((1 - kept.mean()) - rate) < 4 * np.sqrt(rate * (1 - rate) / y.size)
+  np.testing.assert_allclose(y[kept], 2**16 / (2**16 - _Threshold(rate)), rtol=1e-7)
