@@ -235,7 +235,7 @@ def test_expert_choice_matches_reference(capacity, with_paddings):
 
 @pytest.mark.parametrize('group_size', [64, 100])  # 100: not a multiple of the cumsum's 16-token blocks
 def test_long_groups_match_reference_under_eager_and_jit(group_size):
-  """Groups long enough for the blocked cumsum and wide enough (E=32) for the min-index argmax."""
+  """Groups long enough for the blocked cumsum, with a popular expert whose queue overflows."""
   rng = np.random.RandomState(5)
   logits = (rng.normal(size=(2, group_size, 32)) * 2.0).astype(np.float32)
   logits[0, :, 3] += 3.0  # a popular expert, so queues grow long and overflow
@@ -246,7 +246,18 @@ def test_long_groups_match_reference_under_eager_and_jit(group_size):
     fn = lambda l, p, name=name: gating.gating(name, l, capacity=12, paddings=p)
     for run in (fn, tf.function(fn, jit_compile=True)):
       _assert_matches(run(tf.constant(logits), tf.constant(paddings)), reference(), paddings)
-  assert reference_top2(logits, paddings, 12, 'all')[0][1].max() >= 12  # some choices really overflowed
+  (_, position, _), _ = reference_top2(logits, paddings, 12, 'all')
+  assert (position[..., 0][paddings == 0] == 12).any()  # real tokens' first choices overflowed
+
+
+@pytest.mark.parametrize('group_size', [3, 31, 32, 47, 100])  # below, at and off the 16-token blocks
+def test_exclusive_cumsum_matches_numpy(group_size):
+  rng = np.random.RandomState(group_size)
+  claims = rng.randint(0, 2, size=(3, group_size, 5)).astype(np.int32)
+  want = np.cumsum(claims, axis=1) - claims
+  np.testing.assert_array_equal(gating._exclusive_cumsum_s(tf.constant(claims)).numpy(), want)
+  jit = tf.function(gating._exclusive_cumsum_s, jit_compile=True)
+  np.testing.assert_array_equal(jit(tf.constant(claims)).numpy(), want)
 
 
 def test_second_choices_queue_behind_first_choices():

@@ -41,3 +41,18 @@ def test_unknown_model_is_a_usage_error():
                         capture_output=True, text=True)
   assert proc.returncode != 0
   assert 'NoSuchModel' in proc.stderr
+
+
+def test_round_robin_and_derived_figures():
+  """RoundRobin times one call of each function per round; AddTimes derives the rates from a step time."""
+  code = '''
+from lingvo_gshard.tools import model_benchmark as mb
+calls = []
+medians = mb.RoundRobin([lambda: calls.append('a'), lambda: calls.append('b')], 3)
+assert calls == ['a', 'b'] * 3 and len(medians) == 2, calls
+r = dict(rows=2, src_length=5, length=4, tokens=8, flops_per_step=1e9)
+mb.AddTimes(r, 0.5, 4e9)
+assert r == dict(rows=2, src_length=5, length=4, flops_per_step=1e9, step_s=0.5, target_tokens_per_s=16.0,
+                 tokens_per_s=36.0, flop_per_s=2e9, flops_fraction=0.5), r
+'''
+  subprocess.run([sys.executable, '-c', code], check=True)

@@ -172,14 +172,17 @@ def test_wi_layout_ehm_equals_emh(outer_jit):
   emh = _Layer(8).Instantiate().InstantiateVariables()
   ehm = _Layer(8, wi_layout='ehm').Instantiate().InstantiateVariables()
   assert ehm.w.wi.shape == (8, H, M) and emh.w.wi.shape == (8, M, H)
-  # Fan-in is M in both layouts (each expert is its own matrix, E does not count).
+  # Fan-in is M for wi and H for wo in both layouts (each expert is its own matrix, E does not count).
   for layer in (emh, ehm):
     assert abs(float(tf.math.reduce_std(layer.w.wi)) * np.sqrt(M) - 1.0) < 0.05
+    assert abs(float(tf.math.reduce_std(layer.w.wo)) * np.sqrt(H) - 1.0) < 0.05
   dict(ehm.IterVariables())['moelayer.wi'].assign(tf.transpose(emh.w.wi, [0, 2, 1]))
   want = _TrainStep(emh, x, paddings, outer_jit)
   got = _TrainStep(ehm, x, paddings, outer_jit)
   got[6] = np.transpose(got[6], [0, 2, 1])  # d wi back to [E,M,H]
   _AssertGradientsClose(dict(enumerate(got)), dict(enumerate(want)))
+  pad = paddings.numpy() > 0
+  assert pad.any() and np.all(got[4][pad] == 0) and np.all(want[4][pad] == 0)  # no gradient leaks to padding
   assert np.abs(want[6]).max() > 0
   with pytest.raises(ValueError, match="wi_layout 'mhe'"):
     _Layer(8, wi_layout='mhe').Instantiate()

@@ -72,3 +72,24 @@ def test_adafactor_vector_and_clipping_match_numpy():
     opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
   ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
   np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_matches_numpy():
+  rng = np.random.RandomState(2)
+  spec = base_layer.WeightSpec((4, 3), ('model', 'hidden'))
+  w0 = rng.normal(size=spec.shape).astype(np.float32)
+  grads = [rng.normal(size=spec.shape).astype(np.float32) * s for s in (1.0, 0.1, 3.0)]
+  opt = optimizers.Adam.Params().Set(learning_rate=0.5, warmup_steps=2, epsilon=1e-6).Instantiate()
+  partitioner = sharding.Partitioner('none')
+  var = partitioner.CreateVariable('w', lambda: tf.constant(w0), spec.logical_axes)
+  opt.CreateSlots([('w', var, spec)], partitioner)
+  for t, g in enumerate(grads, 1):
+    opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
+  w, m, v = w0.astype(np.float64), 0.0, 0.0
+  for t, g in enumerate(grads, 1):
+    m = 0.9 * m + 0.1 * g
+    v = 0.98 * v + 0.02 * g.astype(np.float64) ** 2
+    lr = float(optimizers.RsqrtSchedule(t, 0.5, 2))
+    w = w - lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.98**t)) + 1e-6)
+  np.testing.assert_allclose(var.numpy(), w, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(opt.slots['w']['m'].numpy(), m, rtol=1e-5, atol=1e-7)

@@ -25,7 +25,8 @@ from lingvo_gshard.models import analysis
 from lingvo_gshard.models import decoding
 
 _MODELS = flags.DEFINE_list('models', ['M4TinyDense', 'M4TinyMoE'], 'Experiments to time.')
-_REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed rounds (one call of the matmul and of every step per round).')
+_REPEATS = flags.DEFINE_integer('repeats', 7,
+                                'Timed rounds (one call of the matmul and of every step per round).')
 _DECODE_LEN = flags.DEFINE_integer('decode_len', 64, 'Decoded length.')
 _DECODE_BATCH = flags.DEFINE_integer('decode_batch', 16, 'Sentences decoded together.')
 _MATMUL = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N^3 matmul.')
@@ -76,7 +77,8 @@ def Matmul(n):
   mm = tf.function(lambda a: tf.matmul(a, a), jit_compile=True)
   mm(a)
   # Not `.numpy()`: copying the 16 MB result out would add ~4% to the reference's time. A tf.function call
-  # in synchronous eager mode returns computed outputs; async_wait also covers async mode.
+  # in synchronous eager mode returns computed outputs on a CPU (GPU kernels would still be queued);
+  # async_wait also covers async eager mode.
   return 2 * n**3, lambda: (mm(a), context.async_wait())
 
 

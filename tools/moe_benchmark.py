@@ -151,7 +151,8 @@ def _Wait(outputs):
 
   `t.numpy()` copies a CPU tensor (12 ms for one 134 MB expert gradient at E=128 here), which charged the
   benchmark's own copies to the steps with the largest weights. A tf.function call in (default) synchronous
-  eager mode returns computed outputs; async_wait also covers async mode.
+  eager mode returns computed outputs on a CPU (the machine these benchmarks target; GPU kernels would
+  still be queued on streams); async_wait also covers async eager mode.
   """
   del outputs
   context.async_wait()

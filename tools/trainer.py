@@ -22,9 +22,10 @@ _BACKEND = flags.DEFINE_enum('backend', 'none', ['none', 'dtensor', 'xla'], 'Sha
 _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: the experiment\'s.')
 _VIRTUAL = flags.DEFINE_integer('virtual_devices', 0, 'Split the CPU into this many logical devices.')
 _TPU = flags.DEFINE_string('tpu', None, 'Cloud TPU name or address (xla backend on TPU).')
-_JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps (default with a GPU). --nojit (default '
-                         'on a CPU-only machine) runs TF graphs with XLA islands around MoE routing: oneDNN '
-                         'matmuls make M4Tiny steps 1.25-1.4x faster on a CPU (tools/model_benchmark.py).')
+_JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps (default with a GPU). --nojit '
+                         '(default on a CPU-only machine) runs TF graphs with XLA islands around MoE routing: '
+                         'oneDNN matmuls make M4Tiny steps 1.25-1.4x faster on a CPU '
+                         '(tools/model_benchmark.py).')
 _MAX_STEPS = flags.DEFINE_integer('max_steps', None, 'Override the experiment\'s max_steps.')
 _OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Task params overrides: a.b=1,c=2.')
 flags.mark_flags_as_required(['model', 'logdir'])

@@ -88,6 +88,9 @@ def InitialValue(spec: WeightSpec, path: str, global_seed: int = 1234) -> tf.Ten
     value = tf.random.stateless_uniform(shape, seed, -limit, limit)
   elif init.method == 'fan_in':
     if init.fan_in_axes is not None:
+      if not init.fan_in_axes or any(not -len(shape) <= a < len(shape) for a in init.fan_in_axes):
+        raise ValueError(f'{path}: fan_in_axes {init.fan_in_axes} do not index the dims of shape '
+                         f'{tuple(shape)}')
       fan_in = math.prod(shape[a] for a in init.fan_in_axes)
     else:
       fan_in = math.prod(shape[:-1]) if len(shape) > 1 else shape[0]

@@ -63,18 +63,15 @@ class Optimizer:
     lr = RsqrtSchedule(step, self.p.learning_rate, self.p.warmup_steps)
     values = [var.read_value() for _, var in self.variables]
     slots = [{k: s.read_value() for k, s in self.slots[path].items()} for path, _ in self.variables]
-    updates, new_slots = self._Updates(values, grads, slots, lr, tf.cast(step, tf.float32))
+    step = tf.cast(step, tf.float32)
+    results = [self.Update(v, g, s, lr, step) for v, g, s in zip(values, grads, slots)]
     # Assigned, never read back: under DTensor, `var.assign(x)`'s return value (and a read right after) can
     # be the old value inside a step.
-    for (path, var), update, new in zip(self.variables, updates, new_slots):
+    for (path, var), (update, new) in zip(self.variables, results):
       for name, value in new.items():
         self.slots[path][name].assign(value)
       var.assign_sub(tf.cast(update, var.dtype))
     return lr
-
-  def _Updates(self, values, grads, slots, lr, step):
-    results = [self.Update(v, g, s, lr, step) for v, g, s in zip(values, grads, slots)]
-    return [u for u, _ in results], [new for _, new in results]
 
   def Update(self, value, grad, slots, lr, step) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
     """(weight value, float32 gradient, {slot: value}, lr, float32 step) -> (float32 amount to subtract from

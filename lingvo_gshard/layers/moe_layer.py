@@ -62,10 +62,12 @@ class MoELayer(base_layer.BaseLayer):
       raise ValueError(f'{self.path}: wi_layout {p.wi_layout!r} is not one of {moe.WI_LAYOUTS}')
     # Each expert is its own [M,H] / [H,M] matrix: fan-in M / H, as the dense FFN's (not E*M).
     if p.wi_layout == 'emh':
-      self.CreateWeight('wi', WeightSpec((e, m, h), ('expert', 'model', 'hidden'), WeightInit.FanIn(fan_in_axes=(1,))))
+      wi = WeightSpec((e, m, h), ('expert', 'model', 'hidden'), WeightInit.FanIn(fan_in_axes=(1,)))
     else:
-      self.CreateWeight('wi', WeightSpec((e, h, m), ('expert', 'hidden', 'model'), WeightInit.FanIn(fan_in_axes=(2,))))
-    self.CreateWeight('wo', WeightSpec((e, h, m), ('expert', 'hidden', 'model'), WeightInit.FanIn(fan_in_axes=(1,))))
+      wi = WeightSpec((e, h, m), ('expert', 'hidden', 'model'), WeightInit.FanIn(fan_in_axes=(2,)))
+    self.CreateWeight('wi', wi)
+    self.CreateWeight('wo', WeightSpec((e, h, m), ('expert', 'hidden', 'model'),
+                                       WeightInit.FanIn(fan_in_axes=(1,))))
 
   def GroupShape(self, num_tokens: int):
     """(G, S) for `num_tokens` tokens."""
