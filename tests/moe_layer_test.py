@@ -186,3 +186,18 @@ def test_wi_layout_ehm_equals_emh(outer_jit):
   assert np.abs(want[6]).max() > 0
   with pytest.raises(ValueError, match="wi_layout 'mhe'"):
     _Layer(8, wi_layout='mhe').Instantiate()
+
+
+def test_group_shape_splits_tokens_evenly_over_the_group_shards():
+  layer = _Layer(4).Set(group_size=256).Instantiate()
+  assert layer.GroupShape(2048) == (8, 256)
+  assert layer.GroupShape(1280) == (5, 256)  # one device: the fewest groups of at most 256 tokens
+  assert layer.GroupShape(1000) == (4, 250)
+  assert layer.GroupShape(16) == (1, 16)
+  for mesh in ('data:2,expert:4', 'data:8'):
+    with sharding.use(sharding.Partitioner('dtensor', mesh)):
+      assert layer.GroupShape(1280) == (8, 160)  # 5 groups cannot be split over 2 or 8 devices
+      assert layer.GroupShape(2048) == (8, 256)
+      assert layer.GroupShape(16) == ((8, 2) if mesh == 'data:8' else (2, 8))
+      with pytest.raises(ValueError, match='7 tokens do not split evenly'):
+        layer.GroupShape(7)

@@ -70,12 +70,24 @@ class MoELayer(base_layer.BaseLayer):
                                        WeightInit.FanIn(fan_in_axes=(1,))))
 
   def GroupShape(self, num_tokens: int):
-    """(G, S) for `num_tokens` tokens."""
-    s = min(self.p.group_size, num_tokens)
-    if num_tokens % s:
-      raise ValueError(f'{self.path}: {num_tokens} tokens do not split into groups of {s}; make batch*length '
-                       'a multiple of group_size')
-    return num_tokens // s, s
+    """(G, S) for `num_tokens` tokens: the fewest groups of at most `group_size` tokens that split them evenly,
+    in a multiple of the devices the 'group' axis is split over (each device routes whole groups, the paper's
+    layout). 1280 tokens with group_size 256: 5 groups of 256 on one device, 8 of 160 over data:2 or data:8.
+    """
+    shards = self._GroupShards()
+    g = -(-num_tokens // self.p.group_size)  # ceil
+    g = -(-g // shards) * shards
+    while g <= num_tokens and num_tokens % g:
+      g += shards
+    if g > num_tokens:
+      raise ValueError(f'{self.path}: {num_tokens} tokens do not split evenly into a multiple of {shards} groups '
+                       f'(the group axis shards) of at most {self.p.group_size} tokens')
+    return g, num_tokens // g
+
+  def _GroupShards(self) -> int:
+    partitioner = sharding.current()
+    (axis,) = partitioner.MeshAxes(('group',))
+    return partitioner.mesh.AxisSize(axis) if axis else 1
 
   def FProp(self, x, paddings=None, seed=None):
     p = self.p

@@ -100,7 +100,8 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
   a2a = 0
   if moes:
     l = moes[0]
-    # Groups as MoELayer.GroupShape forms them; a token count it would reject counts a padded last group.
+    # Groups of group_size tokens. MoELayer.GroupShape may form more, smaller ones (to split the tokens
+    # evenly over the group shards); E·G·C, the buffer, stays about the same.
     s = min(l.p.group_size, int(tokens_per_step))
     g = math.ceil(tokens_per_step / s)
     c = gating_lib.expert_capacity(s, l.p.num_experts, l.p.capacity_factor, l.p.min_capacity)
