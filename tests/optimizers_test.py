@@ -40,19 +40,24 @@ def _NumpyAdafactor(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=
   return w
 
 
+def _Train(opt_params, spec, w0, grads):
+  """Applies `grads` as steps 1, 2, ... to one weight of initial value w0; returns (variable, optimizer)."""
+  opt = opt_params.Instantiate()
+  partitioner = sharding.Partitioner('none')
+  var = partitioner.CreateVariable('w', lambda: tf.constant(w0), spec.logical_axes)
+  opt.CreateSlots([('w', var, spec)], partitioner)
+  for t, g in enumerate(grads, 1):
+    opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
+  return var, opt
+
+
 def test_adafactor_matches_numpy():
   rng = np.random.RandomState(0)
   spec = base_layer.WeightSpec((3, 5, 4), ('expert', 'model', 'hidden'))
   w0 = rng.normal(size=spec.shape).astype(np.float32)
   grads = [rng.normal(size=spec.shape).astype(np.float32) * s for s in (1.0, 0.1, 3.0)]
-  p = optimizers.Adafactor.Params().Set(learning_rate=0.5, warmup_steps=2)
-  opt = p.Instantiate()
-  partitioner = sharding.Partitioner('none')
-  var = partitioner.CreateVariable('w', lambda: tf.constant(w0), spec.logical_axes)
-  opt.CreateSlots([('w', var, spec)], partitioner)
+  var, opt = _Train(optimizers.Adafactor.Params().Set(learning_rate=0.5, warmup_steps=2), spec, w0, grads)
   assert opt.slots['w']['v_row'].shape == (3, 5) and opt.slots['w']['v_col'].shape == (3, 4)
-  for t, g in enumerate(grads, 1):
-    opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
   ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
   np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
 
@@ -63,13 +68,8 @@ def test_adafactor_vector_and_clipping_match_numpy():
   spec = base_layer.WeightSpec((7,), ('model',))
   w0 = rng.normal(size=spec.shape).astype(np.float32)
   grads = [rng.normal(size=spec.shape).astype(np.float32) * s for s in (1.0, 50.0, 0.01)]
-  opt = optimizers.Adafactor.Params().Set(learning_rate=0.5, warmup_steps=2).Instantiate()
-  partitioner = sharding.Partitioner('none')
-  var = partitioner.CreateVariable('b', lambda: tf.constant(w0), spec.logical_axes)
-  opt.CreateSlots([('b', var, spec)], partitioner)
-  assert set(opt.slots['b']) == {'v'}
-  for t, g in enumerate(grads, 1):
-    opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
+  var, opt = _Train(optimizers.Adafactor.Params().Set(learning_rate=0.5, warmup_steps=2), spec, w0, grads)
+  assert set(opt.slots['w']) == {'v'}
   ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
   np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
 
@@ -79,12 +79,8 @@ def test_adam_matches_numpy():
   spec = base_layer.WeightSpec((4, 3), ('model', 'hidden'))
   w0 = rng.normal(size=spec.shape).astype(np.float32)
   grads = [rng.normal(size=spec.shape).astype(np.float32) * s for s in (1.0, 0.1, 3.0)]
-  opt = optimizers.Adam.Params().Set(learning_rate=0.5, warmup_steps=2, epsilon=1e-6).Instantiate()
-  partitioner = sharding.Partitioner('none')
-  var = partitioner.CreateVariable('w', lambda: tf.constant(w0), spec.logical_axes)
-  opt.CreateSlots([('w', var, spec)], partitioner)
-  for t, g in enumerate(grads, 1):
-    opt.Apply([tf.constant(g)], tf.constant(t, tf.int64))
+  var, opt = _Train(optimizers.Adam.Params().Set(learning_rate=0.5, warmup_steps=2, epsilon=1e-6), spec, w0,
+                    grads)
   w, m, v = w0.astype(np.float64), 0.0, 0.0
   for t, g in enumerate(grads, 1):
     m = 0.9 * m + 0.1 * g
