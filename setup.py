@@ -50,7 +50,7 @@ setuptools.setup(
         'numpy>=1.26,<3',
     ],
     extras_require={
-        'test': ['pytest>=8,<10'],
+        'test': ['pytest>=8,<10', 'matplotlib>=3.8,<4'],
         'plots': ['matplotlib>=3.8,<4'],
     },
 )

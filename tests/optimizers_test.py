@@ -16,6 +16,29 @@ def test_rsqrt_schedule_matches_the_paper():
   assert lr(1, 0.01, 1) == pytest.approx(0.01)
 
 
+@pytest.mark.parametrize('kind', ['linear', 'cosine'])
+def test_decaying_schedules_against_numpy(kind):
+  """Warm-up to the peak, then the decay ends at total_steps at final_fraction of the peak, and stays."""
+  peak, warmup, total, final = 0.03, 10, 110, 0.1
+  for step in [1, 5, 10, 11, 35, 60, 109, 110, 111, 500]:
+    ramp = min(1.0, step / warmup)
+    progress = min(max((step - warmup) / (total - warmup), 0.0), 1.0)
+    decay = 1 - progress if kind == 'linear' else 0.5 * (1 + np.cos(np.pi * progress))
+    want = peak * ramp * (final + (1 - final) * decay)
+    got = float(optimizers.Schedule(step, kind, peak, warmup, total, final))
+    assert got == pytest.approx(want, rel=1e-5), step
+  assert float(optimizers.Schedule(10, kind, peak, warmup, total)) == pytest.approx(peak)
+  assert float(optimizers.Schedule(110, kind, peak, warmup, total)) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_schedule_errors_name_the_param():
+  with pytest.raises(ValueError, match="unknown 'exp'"):
+    optimizers.Adafactor.Params().Set(schedule='exp').Instantiate()
+  with pytest.raises(ValueError, match=r'total_steps \(0\) must exceed warmup_steps \(100\)'):
+    optimizers.Adam.Params().Set(schedule='cosine').Instantiate()
+  optimizers.Adam.Params().Set(schedule='cosine', total_steps=101).Instantiate()
+
+
 def _NumpyAdafactor(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=0.8):
   """Adafactor (beta1 = 0, second moments factored for matrices, update clipping, parameter scale) in NumPy
   float64."""

@@ -1,15 +1,18 @@
-r"""BLEU per language pair of a trained experiment, and delta-BLEU against bilingual baselines.
+r"""BLEU and chrF per language pair of a trained run, bucket averages, and delta-BLEU against bilingual runs.
 
-  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --logdir=/tmp/m4tiny_moe
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --logdir=/tmp/m4tiny_moe --max_sentences=50 \
+      --examples=5
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --logdir=/tmp/m4tiny_moe --test_dir=/data/ui
   python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --logdir=/tmp/m4tiny_moe \
       --baselines='/tmp/bilingual/{lang}' --plot=/tmp/delta_bleu.png
 
-Decodes the --split of the corpus (beam search), scores with sacrebleu (signature printed and stored in
-LOGDIR/bleu_<split>.json). With --baselines, reads each pair's bilingual result from the pattern's
-bleu_<split>.json (evaluate the Bilingual_<lang> runs first) and prints and plots delta-BLEU, languages from
-high to low resource, as the paper's figures do.
+Decodes the --split of the corpus (or every <lang>.tsv of --test_dir: source<TAB>reference) with beam search,
+restoring the run as it was trained (its params.txt), and scores with sacrebleu (signatures printed and
+stored). Results and aligned .src/.ref/.hyp files go to LOGDIR/decode_<set>/<checkpoint>/; evaluating more
+languages later merges into the same results.json. With --baselines, each pair's bilingual result is read
+from the pattern's newest results of the same set, and delta-BLEU is printed and plotted, languages from high
+to low resource, as in the paper. Every flag is checked before decoding; bad input exits 1 with one line.
 """
-import json
 import os
 import sys
 
@@ -17,16 +20,59 @@ from absl import app
 from absl import flags
 
 _MODEL = flags.DEFINE_string('model', None, 'Registered experiment that was trained in --logdir.')
-_LOGDIR = flags.DEFINE_string('logdir', None, 'The trainer\'s log directory (checkpoints).')
-_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus; default: the experiment\'s.')
-_SPLIT = flags.DEFINE_enum('split', 'test', ['dev', 'test'], 'Split to translate.')
-_LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to evaluate; default: the experiment\'s (all).')
-_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'Sentences per language (0 = all).')
+_LOGDIR = flags.DEFINE_string('logdir', None, 'The trainer\'s log directory (params.txt, checkpoints).')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus; default: the one the run was trained on.')
+_SPLIT = flags.DEFINE_enum('split', 'test', ['dev', 'test'], 'Corpus split to translate.')
+_TEST_DIR = flags.DEFINE_string('test_dir', '', 'Instead of a corpus split: a directory of <lang>.tsv files '
+                                '(source<TAB>reference per line).')
+_LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to evaluate; default: all.')
+_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'First N sentences per language (0 = all).')
 _BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.')
 _ALPHA = flags.DEFINE_float('length_alpha', 0.6, 'GNMT length normalisation exponent.')
-_BASELINES = flags.DEFINE_string('baselines', '', 'Log directory pattern of bilingual runs with {lang}.')
-_PLOT = flags.DEFINE_string('plot', '', 'Write a delta-BLEU bar chart (PNG) here (needs matplotlib).')
+_BATCH_TOKENS = flags.DEFINE_integer('batch_tokens', 2048, 'Source tokens per decoding batch (sentences x '
+                                     'bucket length).')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', '', 'Checkpoint prefix to evaluate; default: the latest.')
+_EXAMPLES = flags.DEFINE_integer('examples', 0, 'Print this many example translations from different '
+                                 'languages.')
+_BASELINES = flags.DEFINE_string('baselines', '', 'Log directory pattern of bilingual runs, with {lang}.')
+_PLOT = flags.DEFINE_string('plot', '', 'Write a delta-BLEU plot (PNG) here (needs matplotlib).')
 flags.mark_flags_as_required(['model', 'logdir'])
+
+
+def _Fail(message):
+  print(f'evaluate: {message}', file=sys.stderr)
+  sys.exit(1)
+
+
+def _CheckFlags():
+  """Everything that can be wrong with the flags, found before any decoding."""
+  if _MAX_SENTENCES.value < 0:
+    _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
+  if _BEAM.value < 1:
+    _Fail(f'--beam_size must be >= 1, got {_BEAM.value}')
+  if _EXAMPLES.value < 0:
+    _Fail(f'--examples must be >= 0, got {_EXAMPLES.value}')
+  if _BATCH_TOKENS.value < 64:
+    _Fail(f'--batch_tokens must be >= 64, got {_BATCH_TOKENS.value}')
+  if not os.path.isdir(_LOGDIR.value):
+    _Fail(f'--logdir {_LOGDIR.value}: no such directory')
+  if _BASELINES.value:
+    if '{lang}' not in _BASELINES.value:
+      _Fail(f'--baselines {_BASELINES.value!r} has no {{lang}} placeholder')
+    try:
+      _BASELINES.value.format(lang='xx')
+    except (KeyError, IndexError, ValueError) as e:
+      _Fail(f'--baselines {_BASELINES.value!r}: only {{lang}} may be a placeholder ({type(e).__name__}: {e})')
+  if _PLOT.value:
+    if not _BASELINES.value:
+      _Fail('--plot draws delta-BLEU against bilingual runs: give --baselines too')
+    try:
+      import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      _Fail('--plot needs matplotlib (pip install matplotlib, or the [plots] extra)')
+    parent = os.path.dirname(os.path.abspath(_PLOT.value))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+      _Fail(f'--plot {_PLOT.value}: directory {parent} does not exist or is not writable')
 
 
 def _Plot(rows, path, title):
@@ -45,42 +91,66 @@ def _Plot(rows, path, title):
   fig.savefig(path, dpi=150)
 
 
+def _Num(v, fmt='6.2f'):
+  return '' if v is None else format(v, fmt)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  _CheckFlags()
   from absl import logging  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)
+  from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.train import test_sets  # pylint: disable=g-import-not-at-top
+  log = lambda line: print(line, flush=True)
   registry.LoadAll()
   try:
     exp = registry.Get(_MODEL.value)
-    ev = evaluator.Evaluator(exp, _LOGDIR.value, _DATA_DIR.value, _SPLIT.value, _BEAM.value, _ALPHA.value)
-    results = ev.Evaluate(_LANGUAGES.value, _MAX_SENTENCES.value)
-  except (registry.RegistryError, report.DataError, FileNotFoundError, ValueError) as e:
-    print(f'evaluate: {e}', file=sys.stderr)
-    sys.exit(1)
-  print(f'sacrebleu signature: {results["signature"]}')
+    ev = evaluator.Evaluator(exp, _LOGDIR.value, _DATA_DIR.value, _SPLIT.value, _BEAM.value, _ALPHA.value,
+                             _BATCH_TOKENS.value, _CHECKPOINT.value, log=log)
+    manifest = reader.LoadManifest(ev.data_dir)
+    if _TEST_DIR.value:
+      ts = test_sets.FromTsvDir(_TEST_DIR.value, list(manifest['languages']), _MAX_SENTENCES.value,
+                                _LANGUAGES.value)
+    else:
+      ts = test_sets.FromCorpus(ev.data_dir, _SPLIT.value, _LANGUAGES.value, _MAX_SENTENCES.value, log=log)
+    if ts.skipped:
+      log('skipped: ' + ', '.join(f'{k} {v}' for k, v in ts.skipped.items()))
+    if not ts.pairs:
+      _Fail(f'nothing to decode in {ts.name}')
+    results = ev.Evaluate(ts, examples=_EXAMPLES.value)
+  except (registry.RegistryError, report.DataError, hyperparams.ParamsError, FileNotFoundError,
+          ValueError) as e:
+    _Fail(str(e))
   baselines = {}
   if _BASELINES.value:
     for lang in results['languages']:
-      path = os.path.join(_BASELINES.value.format(lang=lang), f'bleu_{_SPLIT.value}.json')
-      if os.path.exists(path):
-        with open(path) as f:
-          baselines[lang] = json.load(f)
+      found = evaluator.LatestResults(_BASELINES.value.format(lang=lang), ts.name)
+      if found and lang in found.get('languages', {}):
+        baselines[lang] = found
     print(f'{len(baselines)} of {len(results["languages"])} languages have a bilingual result')
-  rows = evaluator.CompareToBaselines(results, baselines, reader.LoadManifest(ev.data_dir))
-  print(f'{"lang":<12} {"bucket":<7} {"train":>7} {"BLEU":>6} {"bilingual":>9} {"delta":>6}')
+  rows = evaluator.CompareToBaselines(results, baselines, manifest)
+  print(f'{"lang":<12} {"bucket":<7} {"train":>7} {"BLEU":>6} {"chrF":>6} {"bilingual":>9} {"delta":>6}')
   for r in rows:
-    base = '' if r['baseline'] is None else f'{r["baseline"]:.2f}'
-    delta = '' if r['delta'] is None else f'{r["delta"]:+.2f}'
-    print(f'{r["lang"]:<12} {r["bucket"]:<7} {r["train"]:>7} {r["bleu"]:6.2f} {base:>9} {delta:>6}')
-  mean = sum(r['bleu'] for r in rows) / max(len(rows), 1)
-  print(f'average BLEU over {len(rows)} languages: {mean:.2f}')
+    print(f'{r["lang"]:<12} {r["bucket"]:<7} {r["train"]:>7} {r["bleu"]:6.2f} {_Num(r["chrf"])} '
+          f'{_Num(r["baseline"], "9.2f") or " " * 9} {_Num(r["delta"], "+6.2f")}')
+  print(f'{"average":<16} {"BLEU":>6} {"chrF":>6} languages')
+  for name, avg in results['averages'].items():
+    print(f'{name:<16} {avg["bleu"]:6.2f} {avg["chrf"]:6.2f} {avg["languages"]:>9}')
+  for ex in results.get('examples', []):
+    print(f'[{ex["lang"]}] source:     {ex["source"]}\n{"":>{len(ex["lang"]) + 3}}reference:  '
+          f'{ex["reference"]}\n{"":>{len(ex["lang"]) + 3}}hypothesis: {ex["hypothesis"]}')
+  print(f'{results["checkpoint"]}: {results["sentences_per_second"]:.1f} sentences/s '
+        f'({results["decode_seconds"]:.0f}s)')
+  print(f'BLEU signature: {results["bleu_signature"]}\nchrF signature: {results["chrf_signature"]}')
+  print(f'wrote {ev.ResultDir(ts.name)}/results.json')
   if _PLOT.value:
-    _Plot(rows, _PLOT.value, f'{_MODEL.value} vs bilingual ({_SPLIT.value})')
+    _Plot(rows, _PLOT.value, f'{_MODEL.value} vs bilingual ({ts.name})')
     print(f'wrote {_PLOT.value}')
 
 

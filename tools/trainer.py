@@ -3,7 +3,7 @@ r"""Trains a registered experiment by name.
   python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --logdir=/tmp/m4tiny_moe
   python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --backend=dtensor --mesh=data:2,expert:4 ...
   python -m lingvo_gshard.tools.trainer --model=Bilingual_de --max_steps=2000 \
-      --model_params_override='encoder.num_layers=2'
+      --model_params_override='task.encoder.num_layers : 2; learner.optimizer.learning_rate : 2.0'
 
 Backends: none (one device: whole steps XLA-compiled with a GPU, TF graphs with XLA islands on a CPU; --jit),
 dtensor (a CPU/GPU mesh; 8 virtual CPU devices with --virtual_devices=8), xla (annotated for XLA SPMD; on
@@ -27,7 +27,10 @@ _JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps (de
                          'oneDNN matmuls make M4Tiny steps 1.25-1.4x faster on a CPU '
                          '(tools/model_benchmark.py).')
 _MAX_STEPS = flags.DEFINE_integer('max_steps', None, 'Override the experiment\'s max_steps.')
-_OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Task params overrides: a.b=1,c=2.')
+_OVERRIDES = flags.DEFINE_string(
+    'model_params_override', '', 'Params overrides, keys as params.txt prints them: Lingvo\'s '
+    '"task.encoder.num_layers : 4; learner.max_steps : 900" or "a.b=1,c=2" (keys outside task/learner/input '
+    'are task keys).')
 flags.mark_flags_as_required(['model', 'logdir'])
 
 
@@ -67,7 +70,11 @@ def main(argv):
           FileNotFoundError) as e:
     print(f'trainer: {e}', file=sys.stderr)
     sys.exit(1)
-  trainer.Train()
+  try:
+    trainer.Train()
+  except trainer_lib.CheckpointMismatchError as e:
+    print(f'trainer: {e}', file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == '__main__':

@@ -5,6 +5,7 @@ steps, intervals), `Train()`/`Dev()`/`Test()` (the input of each split, as in Li
 `ShardingRules()`/`Mesh()` (how logical axes map to a device mesh, in one place). Sizes are class constants;
 variants are subclasses that change a few constants.
 """
+import os
 from typing import Optional
 
 from lingvo_gshard.core import hyperparams
@@ -68,3 +69,99 @@ class Experiment:
     """A partitioner for this experiment's rules on `mesh` (default DEFAULT_MESH for dtensor/xla)."""
     spec = self.Mesh(mesh) if (mesh or backend != 'none') else None
     return sharding.Partitioner(backend, spec, self.ShardingRules(), **kwargs)
+
+
+# The top-level keys of an experiment's params, as params.txt prints them.
+SECTIONS = ('task', 'learner', 'input')
+SPLITS = ('train', 'dev', 'test')
+PARAMS_FILE = 'params.txt'
+
+
+def ExperimentParams(exp: Experiment, data_dir: str = '') -> hyperparams.Params:
+  """One tree of everything a run is built from: task, learner and input.<split> (the splits it has).
+
+  `data_dir`, when given, replaces every input's data directory (the trainer's --data_dir).
+  """
+  root = hyperparams.Params()
+  root.Define('task', exp.Task(), 'The model.')
+  root.Define('learner', exp.Learner(), 'Optimizer, schedule, steps and intervals.')
+  inputs = hyperparams.Params()
+  for split, fn in zip(SPLITS, (exp.Train, exp.Dev, exp.Test)):
+    p = fn()
+    if p is not None:
+      if data_dir:
+        p.data_dir = data_dir
+      inputs.Define(split, p, f'Input of the {split} split.')
+  root.Define('input', inputs, 'Inputs by split.')
+  return root
+
+
+def SplitOverrides(text: str):
+  """Override text -> [(key, raw value)].
+
+  Two syntaxes: Lingvo's `task.encoder.num_layers : 4; learner.save_interval : 20` (items split by `;` or
+  newlines, `key : value`), and `a.b=1,c=2` (items split by top-level commas). Keys are as params.txt
+  prints them; a key outside task/learner/input is a task key (`encoder.num_layers=4`).
+  """
+  if ';' in text or '\n' in text:
+    items = [item for chunk in text.split('\n') for item in chunk.split(';')]
+  else:
+    items = hyperparams._SplitTopLevel(text)  # pylint: disable=protected-access
+  out = []
+  for item in items:
+    item = item.strip()
+    if not item or item.startswith('#'):
+      continue
+    eq, colon = item.find('='), item.find(':')
+    if eq < 0 and colon < 0:
+      raise hyperparams.ParamsError(f'override {item!r} is not of the form "key : value" or key=value')
+    sep = '=' if eq >= 0 and (colon < 0 or eq < colon) else ':'
+    key, _, raw = item.partition(sep)
+    key = key.strip()
+    if not key:
+      raise hyperparams.ParamsError(f'override {item!r} has no key')
+    if key.split('.')[0] not in SECTIONS:
+      key = f'task.{key}'
+    out.append((key, raw.strip()))
+  return out
+
+
+def ApplyOverrides(root: hyperparams.Params, text: str) -> list:
+  """Applies override text (SplitOverrides' syntaxes) to `root`; returns the `key : value` lines applied.
+  An unknown key or a wrong type raises ParamsError naming the key (and the closest keys)."""
+  applied = []
+  for key, raw in SplitOverrides(text):
+    root.FromText(f'{key} : {raw}')
+    applied.append(f'{key} : {hyperparams._ValueToText(root.Get(key))}')  # pylint: disable=protected-access
+  return applied
+
+
+def LoadRunParams(exp: Experiment, logdir: str, data_dir: str = '') -> hyperparams.Params:
+  """The params a run in `logdir` was trained with: the experiment's, updated from its params.txt (so the
+  overrides it was trained with, and any default changed since, are what is restored)."""
+  root = ExperimentParams(exp, data_dir)
+  path = os.path.join(logdir, PARAMS_FILE)
+  if not os.path.exists(path):
+    return root
+  with open(path) as f:
+    text = f.read()
+  lines = []
+  for line in text.splitlines():
+    key = line.partition(' :')[0].strip()
+    if not key or key.startswith('#'):
+      continue
+    if data_dir and key.startswith('input.') and key.endswith('.data_dir'):
+      continue  # the caller's --data_dir wins: the corpus may have been built elsewhere
+    try:
+      root.Get(key)
+    except hyperparams.ParamsError:
+      if key.startswith('input.') and key.split('.')[1] not in root.input:
+        continue  # an input split this experiment no longer defines
+      raise hyperparams.ParamsError(f'{path}: {key!r} is not a param of {type(exp).__name__} (was the run '
+                                    'trained with another experiment?)') from None
+    lines.append(line)
+  try:
+    root.FromText('\n'.join(lines))
+  except hyperparams.ParamsError as e:
+    raise hyperparams.ParamsError(f'{path}: {e}') from None
+  return root

@@ -2,8 +2,11 @@
 
 Slot variables are created through the Partitioner with logical axes derived from their weight's, so under
 DTensor an expert weight's optimizer state lives with the expert's shard. `Apply` runs inside the compiled
-train step. Learning-rate schedule: linear warm-up then rsqrt decay (the paper: 1.0, 10k warm-up steps).
+train step. Learning-rate schedules (`Schedule`): the paper's linear warm-up then rsqrt decay (1.0, 10k
+warm-up steps), or a warm-up followed by a linear or cosine decay that ends at `total_steps` — what a run of
+known length (a wall-clock budget on a CPU) learns fastest with.
 """
+import math
 from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
@@ -24,6 +27,33 @@ def RsqrtSchedule(step, learning_rate, warmup_steps):
   return learning_rate * tf.minimum(1.0, step / warmup) * tf.math.rsqrt(tf.maximum(step, warmup))
 
 
+SCHEDULES = ('rsqrt', 'linear', 'cosine')
+
+
+def Schedule(step, kind, learning_rate, warmup_steps, total_steps=0, final_fraction=0.0):
+  """The learning rate at `step` (1-based).
+
+  'rsqrt': RsqrtSchedule (learning_rate is T2T's scale; the peak is learning_rate / sqrt(warmup_steps)).
+  'linear', 'cosine': learning_rate is the peak, reached linearly at warmup_steps, then decayed linearly or
+  along a half cosine to final_fraction * learning_rate at total_steps, and held there after it.
+  """
+  if kind == 'rsqrt':
+    return RsqrtSchedule(step, learning_rate, warmup_steps)
+  if kind not in SCHEDULES:
+    raise ValueError(f'unknown learning-rate schedule {kind!r} (have: {", ".join(SCHEDULES)})')
+  if total_steps <= warmup_steps:
+    raise ValueError(f'schedule {kind!r} needs total_steps ({total_steps}) > warmup_steps ({warmup_steps})')
+  step = tf.cast(tf.maximum(step, 1), tf.float32)
+  warmup = float(max(warmup_steps, 1))
+  ramp = tf.minimum(1.0, step / warmup)
+  progress = tf.clip_by_value((step - warmup_steps) / float(total_steps - warmup_steps), 0.0, 1.0)
+  if kind == 'linear':
+    decay = 1.0 - progress
+  else:
+    decay = 0.5 * (1.0 + tf.cos(math.pi * progress))
+  return learning_rate * ramp * (final_fraction + (1.0 - final_fraction) * decay)
+
+
 class Optimizer:
   """Base: `Params()`, `CreateSlots(named_weights, partitioner)`, `Apply(grads, step)`.
 
@@ -34,12 +64,24 @@ class Optimizer:
   def Params(cls):
     p = hyperparams.InstantiableParams(cls)
     p.Define('learning_rate', 1e-3, 'Peak learning rate.')
-    p.Define('warmup_steps', 100, 'Linear warm-up steps, then rsqrt decay.')
+    p.Define('warmup_steps', 100, 'Linear warm-up steps, then the schedule\'s decay.')
+    p.Define('schedule', 'rsqrt', "'rsqrt' (learning_rate / sqrt(max(step, warmup)): the paper's), "
+             "'linear' or 'cosine' (learning_rate is the peak; decays to final_fraction of it at "
+             'total_steps).')
+    p.Define('total_steps', 0, "Where 'linear'/'cosine' end; 0 = the learner's max_steps (set by the "
+             'trainer, printed resolved in params.txt).')
+    p.Define('final_fraction', 0.0, "'linear'/'cosine': the learning rate at total_steps, as a fraction of "
+             'the peak.')
     p.Define('clip_gradient_norm', 0.0, 'Clip the global gradient norm to this value (0 = off).')
     return p
 
   def __init__(self, params):
     self.p = params.Copy().Freeze()
+    if self.p.schedule not in SCHEDULES:
+      raise ValueError(f'optimizer.schedule: unknown {self.p.schedule!r} (have: {", ".join(SCHEDULES)})')
+    if self.p.schedule != 'rsqrt' and self.p.total_steps <= self.p.warmup_steps:
+      raise ValueError(f'optimizer.schedule {self.p.schedule!r}: total_steps ({self.p.total_steps}) must '
+                       f'exceed warmup_steps ({self.p.warmup_steps})')
     self.slots: Dict[str, Dict[str, tf.Variable]] = {}
     self.variables: List[Tuple[str, tf.Variable]] = []
 
@@ -60,7 +102,8 @@ class Optimizer:
     grads = [tf.cast(g, tf.float32) for g in grads]
     if self.p.clip_gradient_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.p.clip_gradient_norm)
-    lr = RsqrtSchedule(step, self.p.learning_rate, self.p.warmup_steps)
+    p = self.p
+    lr = Schedule(step, p.schedule, p.learning_rate, p.warmup_steps, p.total_steps, p.final_fraction)
     values = [var.read_value() for _, var in self.variables]
     slots = [{k: s.read_value() for k, s in self.slots[path].items()} for path, _ in self.variables]
     step = tf.cast(step, tf.float32)

@@ -46,9 +46,16 @@ def LengthPenalty(length, alpha):
 
 
 def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len, beam_size=4,
-               length_alpha=0.6):
-  """-> (ids [B,K,T], scores [B,K] length-normalised, best first). Hypotheses that never emit eos by
-  max_len compete as finished at length T."""
+               length_alpha=0.6, early_stop=True, with_steps=False):
+  """-> (ids [B,K,T], scores [B,K] length-normalised, best first), and with `with_steps` the number of
+  decoder steps run. Hypotheses that never emit eos by
+  max_len compete as finished at length T.
+
+  With `early_stop` the loop ends as soon as no alive hypothesis of any row can still enter that row's K
+  finished ones (T2T's bound: log-probs only fall and the length penalty grows up to LengthPenalty(T), so an
+  alive beam's best possible finished score is its log-prob / LengthPenalty(T)). The result is the same as
+  running all T steps; only the steps that cannot change it are skipped.
+  """
   k = beam_size
   b = tf.shape(src_ids)[0]
   state = model.InitDecoderState(_Tile(src_ids, k), _Tile(src_segment_ids, k), _Tile(src_positions, k),
@@ -94,12 +101,23 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
               for c in state['caches']]
     return step + 1, prev, alive_lp, alive_seq, fin_seq, fin_score, dict(state, caches=caches)
 
+  max_penalty = LengthPenalty(max_len, length_alpha)
+
+  def Continue(step, prev, alive_lp, alive_seq, fin_seq, fin_score, state):
+    del prev, alive_seq, fin_seq, state
+    if not early_stop:
+      return step < max_len
+    best_alive = tf.reduce_max(alive_lp, 1) / max_penalty        # [B] (log-probs are <= 0)
+    worst_finished = tf.reduce_min(fin_score, 1)                   # [B]; _NEG_INF while a slot is empty
+    return (step < max_len) & tf.reduce_any(best_alive > worst_finished)
+
   init = (tf.constant(0), prev, alive_lp, alive_seq, fin_seq, fin_score, state)
-  out = tf.while_loop(lambda step, *_: step < max_len, Body, init)
+  out = tf.while_loop(Continue, Body, init)
   fin_seq, fin_score = out[4], out[5]
   # Positions after a hypothesis' eos are filled with eos, as in GreedyDecode.
   after_eos = tf.cumsum(tf.cast(tf.equal(fin_seq, eos_id), tf.int32), axis=-1, exclusive=True) > 0
-  return tf.where(after_eos, eos_id, fin_seq), fin_score
+  ids = tf.where(after_eos, eos_id, fin_seq)
+  return (ids, fin_score, out[0]) if with_steps else (ids, fin_score)
 
 
 def GreedyDecodeRecompute(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len):

@@ -1,12 +1,23 @@
-"""BLEU of a trained experiment per language pair, and deltas against bilingual baselines (sacrebleu).
+"""Translation quality of a trained run per language pair: beam search, sacrebleu BLEU and chrF, averages by
+resource bucket, and deltas against bilingual baselines (the paper's figure).
 
-Decodes a split of the built corpus language by language with beam search, detokenizes with the target
-SentencePiece model and scores with sacrebleu (tokenizer chosen for the target language, signature stored),
-as the paper reports: per-language BLEU, then delta-BLEU against a bilingual model of the same pair, languages
-ordered from high to low resource.
+    ev = evaluator.Evaluator(exp, '/tmp/m4tiny_moe', data_dir='/tmp/gshard_data')
+    res = ev.Evaluate(test_sets.FromCorpus('/tmp/gshard_data', 'test', max_sentences=50))
+    res['averages']['top10']['chrf'], res['languages']['de']['bleu']
+
+The model is rebuilt from the run's own params.txt (the overrides it was trained with), and the checkpoint is
+checked against it before restoring. Sentences of all languages are decoded together, sorted by length, in
+batches of one static shape per length bucket (one compilation each); a batch stops as soon as no beam can
+still change its result. Sources longer than training's max_source_length are truncated to it (training
+dropped such examples), counted and reported.
+
+Results are kept per (test set, checkpoint) under LOGDIR/decode_<set>/<checkpoint>/: results.json (languages
+merged across evaluations, never overwritten by a smaller one) and <lang>.src / .ref / .hyp, aligned lines,
+for rescoring or sacrebleu's paired bootstrap between runs.
 """
 import json
 import os
+import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -18,17 +29,23 @@ from lingvo_gshard.core import sharding
 from lingvo_gshard.data import reader
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.models import decoding
+from lingvo_gshard.train import test_sets
 from lingvo_gshard.train import trainer
 
+BUCKETS = ('high', 'medium', 'low')
+TOP_N = 10  # the "10 largest languages" average
 
-def RestoreModel(exp: experiment_lib.Experiment, logdir: str, partitioner: sharding.Partitioner):
-  """The experiment's model with the weights of the latest checkpoint in `logdir` (the trainer's layout)."""
-  ckpt_path = tf.train.latest_checkpoint(logdir)
+
+def RestoreModel(params, logdir: str, partitioner: sharding.Partitioner, checkpoint: str = ''):
+  """The run's model with the weights of `checkpoint` (default: the latest in `logdir`), checked first."""
+  ckpt_path = checkpoint or tf.train.latest_checkpoint(logdir)
   if ckpt_path is None:
     raise FileNotFoundError(f'{logdir}: no checkpoint (train it with python -m lingvo_gshard.tools.trainer)')
   with sharding.use(partitioner):
-    model = exp.Task().Instantiate().InstantiateVariables(partitioner, exp.Learner().seed)
-  tf.train.Checkpoint(**trainer.CheckpointObjects(model)).restore(ckpt_path).expect_partial().assert_existing_objects_matched()
+    model = params.task.Instantiate().InstantiateVariables(partitioner, params.learner.seed)
+  objects = trainer.CheckpointObjects(model)
+  trainer.CheckCheckpoint(ckpt_path, objects)
+  tf.train.Checkpoint(**objects).restore(ckpt_path).expect_partial().assert_existing_objects_matched()
   return model, ckpt_path
 
 
@@ -38,87 +55,215 @@ def Bleu(hypotheses: List[str], references: List[str], target_lang: str = tokeni
   return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
 
 
-class Evaluator:
-  """Decodes and scores one split of the corpus with a restored model."""
+def Chrf(hypotheses: List[str], references: List[str]):
+  """(score, signature) of sacrebleu's corpus chrF (character 6-grams, beta 2)."""
+  metric = sacrebleu.CHRF()
+  return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
 
-  def __init__(self, exp: experiment_lib.Experiment, logdir: str, data_dir: Optional[str] = None,
-               split: str = 'test', beam_size: int = 4, length_alpha: float = 0.6, batch_size: int = 32,
-               max_decode_length: int = 0, log: Callable[[str], None] = print):
-    self.exp, self.logdir, self.split, self.log = exp, logdir, split, log
-    inp = {'test': exp.Test, 'dev': exp.Dev, 'train': exp.Train}[split]()
-    if inp is None:
-      raise ValueError(f'{type(exp).__name__} has no {split} input')
-    if data_dir:
-      inp.data_dir = data_dir
-    self.input_p = inp
+
+def Averages(languages: Dict[str, Dict], manifest: Dict) -> Dict[str, Dict]:
+  """Mean BLEU/chrF per resource bucket, over the TOP_N largest languages, and over all, of the scored
+  languages: {'high': {'bleu', 'chrf', 'languages'}, ..., 'top10': ..., 'all': ...}."""
+  info = manifest['languages']
+  groups = {b: [l for l in languages if info.get(l, {}).get('bucket') == b] for b in BUCKETS}
+  largest = sorted(info, key=lambda l: -info[l]['train'])[:TOP_N]
+  groups[f'top{TOP_N}'] = [l for l in largest if l in languages]
+  groups['all'] = list(languages)
+  out = {}
+  for name, langs in groups.items():
+    if langs:
+      out[name] = {m: float(np.mean([languages[l][m] for l in langs])) for m in ('bleu', 'chrf')}
+      out[name]['languages'] = len(langs)
+  return out
+
+
+class Evaluator:
+  """Decodes test sets with a run's restored model and scores them (see the module docstring)."""
+
+  def __init__(self, exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', split: str = 'test',
+               beam_size: int = 4, length_alpha: float = 0.6, batch_tokens: int = 2048, checkpoint: str = '',
+               log: Callable[[str], None] = print):
+    self.exp, self.logdir, self.log = exp, logdir, log
+    self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
+    if 'train' not in self.params.input:
+      raise ValueError(f'{type(exp).__name__} has no train input (its vocabulary and lengths)')
+    inp = self.params.input.train
     self.data_dir = inp.data_dir
-    self.src_vocab, self.tgt_vocab = inp.Instantiate().Vocabularies()
+    self.split = split
+    self.src_vocab, self.tgt_vocab = inp.Instantiate(log=lambda line: None).Vocabularies()
     self.partitioner = sharding.Partitioner('none')
-    self.model, self.checkpoint = RestoreModel(exp, logdir, self.partitioner)
-    self.batch_size = batch_size
-    self.src_len = inp.max_source_length
-    self.max_len = max_decode_length or inp.max_target_length
+    self.model, self.checkpoint = RestoreModel(self.params, logdir, self.partitioner, checkpoint)
+    self.beam_size, self.length_alpha = beam_size, length_alpha
+    self.batch_tokens = batch_tokens
+    self.max_src_len = inp.max_source_length
+    self.max_tgt_len = inp.max_target_length
     start = self.tgt_vocab.TagId(tokenizer.TARGET_LANGUAGE)
     model, eos = self.model, tokenizer.EOS_ID
+    self._compiled = {}
 
-    @tf.function(jit_compile=True)
-    def _Decode(src_ids, src_segment_ids, src_positions):
+    def Decode(src_ids, src_segment_ids, src_positions, max_len):
       start_ids = tf.fill([tf.shape(src_ids)[0]], start)
-      ids, _ = decoding.BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos,
-                                   self.max_len, beam_size=beam_size, length_alpha=length_alpha)
+      ids, _ = decoding.BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos, max_len,
+                                   beam_size=beam_size, length_alpha=length_alpha)
       return ids[:, 0]
 
-    self._decode = _Decode
+    self._decode_fn = Decode
 
-  def _SourceBatch(self, sources: List[str]):
-    """[batch_size, Ls] arrays; sources longer than Ls are truncated (keeping eos), missing rows padded."""
-    n, length = self.batch_size, self.src_len
-    ids = np.zeros((n, length), np.int32)
-    for row, text in enumerate(sources):
-      pieces = list(self.src_vocab.Encode(text))[:length - 1] + [tokenizer.EOS_ID]
-      ids[row, :len(pieces)] = pieces
-    segment = (ids != 0).astype(np.int32)
-    positions = np.where(segment, np.arange(length, dtype=np.int32)[None], 0).astype(np.int32)
-    return ids, segment, positions
+  def Buckets(self) -> List[int]:
+    """Source lengths of the static batch shapes: 8, 16, 32, ... up to max_source_length."""
+    out, b = [], 8
+    while b < self.max_src_len:
+      out.append(b)
+      b *= 2
+    return out + [self.max_src_len]
 
-  def Translate(self, sources: List[str]) -> List[str]:
-    out = []
-    for i in range(0, len(sources), self.batch_size):
-      chunk = sources[i:i + self.batch_size]
-      ids = self._decode(*[tf.constant(a) for a in self._SourceBatch(chunk)]).numpy()
-      out += [self.tgt_vocab.Decode(row) for row in ids[:len(chunk)]]  # up to eos, tags dropped
-    return out
+  def _Compiled(self, src_len):
+    if src_len not in self._compiled:
+      # Targets run shorter than their sources (English vs 100 languages' pieces): twice the source bucket
+      # leaves room; beams stop at eos anyway.
+      max_len = min(self.max_tgt_len, 2 * src_len)
+      self._compiled[src_len] = tf.function(
+          lambda a, b, c: self._decode_fn(a, b, c, max_len), jit_compile=True)
+    return self._compiled[src_len]
 
-  def Evaluate(self, languages: Optional[Sequence[str]] = None, max_sentences: int = 0) -> Dict:
-    """{'checkpoint', 'split', 'signature', 'languages': {lang: {'bleu', 'sentences'}}}; also written to
-    LOGDIR/bleu_<split>.json."""
+  def Translate(self, sources: Sequence[str], progress: Optional[Callable[[int, int], None]] = None):
+    """-> (hypotheses, number of sources truncated to max_source_length)."""
+    encoded = [list(self.src_vocab.Encode(s)) for s in sources]
+    truncated = sum(len(e) + 1 > self.max_src_len for e in encoded)
+    encoded = [e[:self.max_src_len - 1] + [tokenizer.EOS_ID] for e in encoded]
+    buckets = self.Buckets()
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    out = [''] * len(encoded)
+    done = 0
+    i = 0
+    while i < len(order):
+      length = next(b for b in buckets if b >= len(encoded[order[i]]))
+      rows = max(1, self.batch_tokens // length)
+      chunk = []
+      while i < len(order) and len(chunk) < rows and len(encoded[order[i]]) <= length:
+        chunk.append(order[i])
+        i += 1
+      ids = np.zeros((rows, length), np.int32)
+      for r, j in enumerate(chunk):
+        ids[r, :len(encoded[j])] = encoded[j]
+      segment = (ids != 0).astype(np.int32)
+      positions = np.where(segment, np.arange(length, dtype=np.int32)[None], 0).astype(np.int32)
+      hyp = self._Compiled(length)(tf.constant(ids), tf.constant(segment), tf.constant(positions)).numpy()
+      for r, j in enumerate(chunk):
+        out[j] = self.tgt_vocab.Decode(hyp[r])  # up to eos, tags dropped
+      done += len(chunk)
+      if progress:
+        progress(done, len(order))
+    return out, truncated
+
+  def ResultDir(self, test_set_name: str) -> str:
+    return os.path.join(self.logdir, f'decode_{test_set_name}', os.path.basename(self.checkpoint))
+
+  def Evaluate(self, test_set: test_sets.TestSet, examples: int = 0) -> Dict:
+    """Decodes and scores `test_set`; returns (and merges into ResultDir's results.json) {'experiment',
+    'checkpoint', 'step', 'set', 'bleu_signature', 'chrf_signature', 'languages': {lang: {'bleu', 'chrf',
+    'sentences', 'distinct', 'truncated', 'bucket', 'train'}}, 'averages': Averages(...), 'skipped',
+    'decode_seconds', 'sentences_per_second'}; with `examples`, also 'examples': that many (lang, source,
+    reference, hypothesis) rows from different languages."""
     manifest = reader.LoadManifest(self.data_dir)
-    langs = list(languages or self.input_p.languages or manifest['languages'])
-    results, signature = {}, ''
+    langs = list(test_set.pairs)
+    sources = [s for l in langs for s, _ in test_set.pairs[l]]
+    self.log(f'decoding {len(sources)} sentences of {len(langs)} languages ({test_set.name}, beam '
+             f'{self.beam_size}, {os.path.basename(self.checkpoint)})')
+    start, last_report = time.time(), [time.time()]
+
+    def Progress(done, total):
+      now = time.time()
+      if now - last_report[0] >= 15 or done == total:
+        last_report[0] = now
+        rate = done / max(now - start, 1e-9)
+        self.log(f'  decoded {done}/{total} sentences, {rate:.1f}/s, eta {(total - done) / max(rate, 1e-9):.0f}s')
+
+    hyps, _ = self.Translate(sources, Progress)
+    seconds = time.time() - start
+    out_dir = self.ResultDir(test_set.name)
+    os.makedirs(out_dir, exist_ok=True)
+    results_path = os.path.join(out_dir, 'results.json')
+    previous = {}
+    if os.path.exists(results_path):
+      with open(results_path) as f:
+        previous = json.load(f)
+    languages = dict(previous.get('languages', {}))
+    pos, bleu_sig, chrf_sig, example_rows, offsets = 0, '', '', [], {}
+    info = manifest['languages']
     for lang in langs:
-      pairs = reader.Pairs(self.data_dir, lang, self.split)
-      if max_sentences:
-        pairs = pairs[:max_sentences]
-      if not pairs:
-        self.log(f'{lang}: no {self.split} sentences, skipped')
-        continue
-      hyps = self.Translate([s for s, _ in pairs])
-      score, signature = Bleu(hyps, [t for _, t in pairs])
-      results[lang] = {'bleu': score, 'sentences': len(pairs)}
-      self.log(f'{lang:<12} BLEU {score:6.2f}  ({len(pairs)} sentences)')
-    out = {'experiment': type(self.exp).__name__, 'checkpoint': self.checkpoint, 'split': self.split,
-           'signature': signature, 'languages': results}
-    with open(os.path.join(self.logdir, f'bleu_{self.split}.json'), 'w') as f:
-      json.dump(out, f, indent=1)
+      offsets[lang] = pos
+      pairs = test_set.pairs[lang]
+      lang_hyps = hyps[pos:pos + len(pairs)]
+      lang_src = sources[pos:pos + len(pairs)]
+      pos += len(pairs)
+      refs = [t for _, t in pairs]
+      bleu, bleu_sig = Bleu(lang_hyps, refs)
+      chrf, chrf_sig = Chrf(lang_hyps, refs)
+      truncated = sum(len(self.src_vocab.Encode(s)) + 1 > self.max_src_len for s in lang_src)
+      languages[lang] = {'bleu': bleu, 'chrf': chrf, 'sentences': len(pairs),
+                         'distinct': len(set(lang_hyps)) / len(lang_hyps), 'truncated': truncated,
+                         'bucket': info.get(lang, {}).get('bucket', '?'), 'train': info.get(lang, {}).get('train', 0)}
+      for ext, lines in (('src', lang_src), ('ref', refs), ('hyp', lang_hyps)):
+        with open(os.path.join(out_dir, f'{lang}.{ext}'), 'w', encoding='utf-8') as f:
+          f.write(''.join(line.replace('\n', ' ') + '\n' for line in lines))
+      self.log(f'{lang:<12} BLEU {bleu:6.2f}  chrF {chrf:6.2f}  ({len(pairs)} sentences, '
+               f'{languages[lang]["distinct"]:.0%} distinct{f", {truncated} truncated" if truncated else ""})')
+    if examples:
+      step = max(1, len(langs) // examples)
+      for lang in langs[::step][:examples]:
+        s, t = test_set.pairs[lang][0]
+        example_rows.append({'lang': lang, 'source': s, 'reference': t, 'hypothesis': hyps[offsets[lang]]})
+    truncated_total = sum(languages[l]['truncated'] for l in langs)
+    if truncated_total:
+      self.log(f'{truncated_total} sources longer than max_source_length={self.max_src_len} pieces were '
+               'truncated to it')
+    out = {'experiment': type(self.exp).__name__, 'checkpoint': self.checkpoint,
+           'step': _CheckpointStep(self.checkpoint), 'set': test_set.name, 'beam_size': self.beam_size,
+           'length_alpha': self.length_alpha, 'bleu_signature': bleu_sig or previous.get('bleu_signature', ''),
+           'chrf_signature': chrf_sig or previous.get('chrf_signature', ''), 'languages': languages,
+           'averages': Averages(languages, manifest), 'skipped': test_set.skipped,
+           'decode_seconds': round(seconds, 2), 'sentences_per_second': round(len(sources) / max(seconds, 1e-9), 2)}
+    tmp = results_path + '.tmp'
+    with open(tmp, 'w') as f:
+      json.dump(out, f, indent=1, ensure_ascii=False)
+    os.replace(tmp, results_path)  # a killed evaluation never leaves a half-written result
+    if example_rows:
+      out['examples'] = example_rows
     return out
+
+
+def _CheckpointStep(path: str) -> int:
+  try:
+    return int(path.rsplit('-', 1)[1])
+  except (IndexError, ValueError):
+    return -1
+
+
+def LatestResults(logdir: str, test_set_name: str) -> Optional[Dict]:
+  """The results.json of the newest evaluated checkpoint of `test_set_name` in `logdir`, or None."""
+  base = os.path.join(logdir, f'decode_{test_set_name}')
+  if not os.path.isdir(base):
+    return None
+  found = [(_CheckpointStep(d), d) for d in os.listdir(base)
+           if os.path.exists(os.path.join(base, d, 'results.json'))]
+  if not found:
+    return None
+  with open(os.path.join(base, max(found)[1], 'results.json')) as f:
+    return json.load(f)
 
 
 def CompareToBaselines(results: Dict, baselines: Dict[str, Dict], manifest: Dict) -> List[Dict]:
-  """Rows {lang, bucket, train, bleu, baseline, delta} ordered high -> low resource (training pairs)."""
+  """Rows {lang, bucket, train, bleu, chrf, baseline, baseline_chrf, delta, delta_chrf} ordered high -> low
+  resource (training pairs). `baselines` maps a language to its bilingual run's results; missing ones give
+  None, never 0."""
   rows = []
   for lang, r in results['languages'].items():
     info = manifest['languages'].get(lang, {})
-    base = baselines.get(lang, {}).get('languages', {}).get(lang, {}).get('bleu')
+    base = baselines.get(lang, {}).get('languages', {}).get(lang, {})
+    b, bc = base.get('bleu'), base.get('chrf')
     rows.append({'lang': lang, 'bucket': info.get('bucket', '?'), 'train': info.get('train', 0),
-                 'bleu': r['bleu'], 'baseline': base, 'delta': None if base is None else r['bleu'] - base})
+                 'bleu': r['bleu'], 'chrf': r.get('chrf'), 'baseline': b, 'baseline_chrf': bc,
+                 'delta': None if b is None else r['bleu'] - b,
+                 'delta_chrf': None if bc is None or r.get('chrf') is None else r['chrf'] - bc})
   return sorted(rows, key=lambda row: -row['train'])

@@ -28,25 +28,61 @@ def CheckpointObjects(model, optimizer=None) -> Dict[str, tf.Variable]:
   return {k.replace('.', '/'): v for k, v in out.items()}
 
 
+def _Clock(seconds: float) -> str:
+  seconds = int(seconds)
+  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+class CheckpointMismatchError(ValueError):
+  """A checkpoint's weights are not the model's (another architecture or experiment)."""
+
+
+def _CheckpointName(key: str) -> str:
+  # How tf.train.Checkpoint names a variable it tracks under `key` (TF escapes '/' as '.S').
+  return key.replace('.', '..').replace('/', '.S') + '/.ATTRIBUTES/VARIABLE_VALUE'
+
+
+def CheckCheckpoint(path: str, objects: Dict[str, tf.Variable]):
+  """Raises CheckpointMismatchError, in one line naming the first differing weight, unless every weight in
+  `objects` is in the checkpoint with its shape and the checkpoint has no model weight (`w/`) beyond them."""
+  try:
+    stored = dict(tf.train.list_variables(path))
+  except (tf.errors.OpError, ValueError) as e:
+    raise CheckpointMismatchError(f'{path}: unreadable checkpoint ({type(e).__name__}: '
+                                  f'{str(e).splitlines()[0][:200]})') from None
+  wanted = {_CheckpointName(k): (k, v) for k, v in objects.items()}
+  for name, (key, var) in wanted.items():
+    if name not in stored:
+      raise CheckpointMismatchError(f'{path} does not match the model: it has no {key} {var.shape.as_list()} '
+                                    '(trained with other params or another experiment?)')
+    if list(stored[name]) != var.shape.as_list():
+      raise CheckpointMismatchError(f'{path} does not match the model: {key} is {list(stored[name])} there, '
+                                    f'{var.shape.as_list()} in the model')
+  prefix = _CheckpointName('w/')[:-len('/.ATTRIBUTES/VARIABLE_VALUE')]
+  extra = sorted(n for n in stored if n.startswith(prefix) and n not in wanted)
+  if extra:
+    key = extra[0][:-len('/.ATTRIBUTES/VARIABLE_VALUE')].replace('.S', '/').replace('..', '.')
+    raise CheckpointMismatchError(f'{path} does not match the model: it has {len(extra)} weights the model '
+                                  f'lacks, e.g. {key} {list(stored[extra[0]])} (trained with other params?)')
+
+
 class Trainer:
   """Trains `experiment` under `partitioner`, logging to `logdir`."""
 
   def __init__(self, experiment: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
-               data_dir: Optional[str] = None, task_overrides: str = '', max_steps: Optional[int] = None,
+               data_dir: Optional[str] = None, overrides: str = '', max_steps: Optional[int] = None,
                log: Callable[[str], None] = print):
     self.exp, self.partitioner, self.logdir, self.log = experiment, partitioner, logdir, log
-    self.task = experiment.Task()
-    if task_overrides:
-      self.task.Override(task_overrides)
-    self.learner_p = experiment.Learner()
+    self.params = experiment_lib.ExperimentParams(experiment, data_dir or '')
+    self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
     if max_steps is not None:
-      self.learner_p.max_steps = max_steps
-    self.inputs = {}
-    for split, fn in (('train', experiment.Train), ('dev', experiment.Dev)):
-      p = fn()
-      if p is not None and data_dir:
-        p.data_dir = data_dir
-      self.inputs[split] = p
+      self.params.learner.max_steps = max_steps
+    opt = self.params.learner.optimizer
+    if 'total_steps' in opt and not opt.total_steps:
+      opt.total_steps = self.params.learner.max_steps  # a decaying schedule ends where the run does
+    self.task = self.params.task
+    self.learner_p = self.params.learner
+    self.inputs = {s: self.params.input.Get(s) if s in self.params.input else None for s in ('train', 'dev')}
     if self.inputs['train'] is None:
       raise ValueError(f'{type(experiment).__name__} has no Train() input; it can be analysed, not trained')
     self._CheckMemory()
@@ -73,20 +109,19 @@ class Trainer:
                        f'{have / 2**30:.1f} GiB (analyse it with tools/model_analysis instead)')
 
   def _WriteParams(self):
-    parts = [('task', self.task), ('learner', self.learner_p)]
-    parts += [(f'input.{s}', p) for s, p in self.inputs.items() if p is not None]
-    with open(os.path.join(self.logdir, 'params.txt'), 'w') as f:
+    with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE), 'w') as f:
       f.write(f'# experiment: {type(self.exp).__module__}.{type(self.exp).__name__}\n')
       f.write(f'# partitioner: {self.partitioner}\n# rules:\n')
       f.write(''.join(f'#   {line}\n' for line in self.exp.ShardingRules().ToText().splitlines()))
-      for prefix, p in parts:
-        f.write(''.join(f'{prefix}.{line}\n' for line in p.ToText().splitlines()))
+      f.write(''.join(f'# override: {line}\n' for line in self.overrides))
+      f.write(self.params.ToText())
 
   def Step(self) -> int:
     return int(self.partitioner.Fetch(self.learner.global_step))
 
   def Restore(self) -> int:
     if self.manager.latest_checkpoint:
+      CheckCheckpoint(self.manager.latest_checkpoint, CheckpointObjects(self.learner.model, self.learner.optimizer))
       self.checkpoint.restore(self.manager.latest_checkpoint)
       self.log(f'restored {self.manager.latest_checkpoint} at step {self.Step()}')
     return self.Step()
@@ -125,6 +160,7 @@ class Trainer:
       return {}
     data = iter(self.inputs['train'].Instantiate().Dataset())
     last, window_tokens, window_start = {}, 0.0, time.time()
+    start, start_step = window_start, step
     while step < lp.max_steps:
       batch = {k: v.numpy() for k, v in next(data).items()}
       metrics = self.learner.TrainStep(batch)
@@ -135,8 +171,12 @@ class Trainer:
         elapsed = time.time() - window_start
         last['target_tokens_per_sec'] = window_tokens / max(elapsed, 1e-9)
         self._Summaries('train', last, step)
-        self.log(f'step {step:6d} loss {last["loss"]:.4f} xent {last["xent"]:.4f} aux {last["aux_loss"]:.3f} '
-                 f'lr {last["learning_rate"]:.2e} {last["target_tokens_per_sec"]:.0f} tgt tok/s')
+        now = time.time()
+        eta = (now - start) / (step - start_step) * (lp.max_steps - step)
+        self.log(f'step {step:6d}/{lp.max_steps} loss {last["loss"]:.4f} xent {last["xent"]:.4f} '
+                 f'aux {last["aux_loss"]:.3f} lr {last["learning_rate"]:.2e} '
+                 f'{last["target_tokens_per_sec"]:.0f} tgt tok/s  elapsed {_Clock(now - start)} '
+                 f'eta {_Clock(eta)}')
         if not np.isfinite(last['loss']):
           raise FloatingPointError(f'loss is {last["loss"]} at step {step}; last checkpoint kept')
         window_tokens, window_start = 0.0, time.time()
