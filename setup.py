@@ -52,5 +52,7 @@ setuptools.setup(
     extras_require={
         'test': ['pytest>=8,<10', 'matplotlib>=3.8,<4'],
         'plots': ['matplotlib>=3.8,<4'],
+        # tools/decode_benchmark.py's reference (Hugging Face NLLB-MoE generate); the CPU build of torch.
+        'bench': ['torch==2.13.0', 'transformers>=4.40'],
     },
 )

@@ -30,7 +30,20 @@ def Languages(data_dir):
   return list(LoadManifest(data_dir)['languages'])
 
 
+_BUILDERS = {}
+
+
 def _Builder(data_dir, manifest):
+  # One checked builder per build: making one reads the dataset info and takes ~0.3 s, and the vocabulary
+  # sample and the evaluator open every language's slice in turn.
+  key = (os.path.abspath(data_dir), manifest.get('fingerprint'), manifest.get('built_at'))
+  if key not in _BUILDERS:
+    _BUILDERS.clear()
+    _BUILDERS[key] = _NewBuilder(data_dir, manifest)
+  return _BUILDERS[key]
+
+
+def _NewBuilder(data_dir, manifest):
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   gettext_m4.Register()
   builder = tfds.builder(gettext_m4.NAME, data_dir=data_dir)

@@ -104,7 +104,9 @@ def test_training_is_deterministic_and_settings_are_checked(data_dir, shared, tm
   again, _ = tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', _SIZE, _SIZE,
                                           sample_sentences=3000, log=lines.append)
   assert again.model_bytes == shared.model_bytes
-  assert len(lines) == 2 and 'trained' in lines[1]
+  # Progress while sampling and before training, then what was trained.
+  assert lines[0].startswith('vocabulary sample: 4/4 languages read') and 'training SentencePiece' in lines[2]
+  assert len(lines) == 4 and 'trained' in lines[3]
   # A second call loads (no training), and other settings are refused naming the setting.
   lines.clear()
   loaded, _ = tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', _SIZE, _SIZE,

@@ -5,6 +5,7 @@ prints its params, and resolves every weight's layout on the experiment's defaul
 """
 import pytest
 
+from lingvo_gshard.core import experiment
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import registry
 
@@ -26,7 +27,7 @@ def test_experiment_builds(name):
   for path, spec in specs:
     partitioner.MeshAxes(spec.logical_axes, spec.shape, what=path)
   assert isinstance(exp.Learner(), hyperparams.Params)
-  assert exp.Learner().optimizer.Instantiate()
+  assert experiment.ResolveLearner(exp.Learner()).optimizer.Instantiate()
   if exp.Train() is not None:
     assert exp.TokensPerStep() > 0
   assert exp.Summary()

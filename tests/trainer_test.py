@@ -1,4 +1,5 @@
 """The training loop on a small built corpus: logs, summaries, checkpoints, resume; the trainer tool's errors."""
+import json
 import os
 import subprocess
 import sys
@@ -68,6 +69,10 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   resumed.Train()
   assert resumed.Step() == 8
   assert any('restored' in l and 'ckpt-6' in l for l in lines)
+  # Every save logs its step and the training wall-clock so far, which adds up across the resume.
+  rows = [json.loads(l) for l in open(os.path.join(logdir, trainer_lib.CHECKPOINT_LOG))]
+  assert [r['step'] for r in rows] == [3, 6, 8] and [r['checkpoint'] for r in rows] == ['ckpt-3', 'ckpt-6', 'ckpt-8']
+  assert 0 < rows[0]['train_seconds'] < rows[1]['train_seconds'] < rows[2]['train_seconds']
 
 
 def test_trainer_tool_errors_are_one_line(tmp_path):

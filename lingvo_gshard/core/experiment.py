@@ -39,6 +39,9 @@ class Experiment:
     p.Define('eval_interval', 500, 'Steps between dev evaluations (0 = never).')
     p.Define('eval_batches', 20, 'Dev batches per evaluation.')
     p.Define('save_interval', 500, 'Steps between checkpoints (and at the end).')
+    p.Define('keep_checkpoints', 3, 'Newest checkpoints kept (older ones are deleted).')
+    p.Define('keep_checkpoint_every_n_hours', 0.0, 'Also keep one checkpoint per this many hours of '
+             'training, whatever keep_checkpoints says (0 = off): points of a learning curve.')
     return p
 
   def Train(self) -> Optional[hyperparams.Params]:
@@ -94,6 +97,15 @@ def ExperimentParams(exp: Experiment, data_dir: str = '') -> hyperparams.Params:
       inputs.Define(split, p, f'Input of the {split} split.')
   root.Define('input', inputs, 'Inputs by split.')
   return root
+
+
+def ResolveLearner(learner: hyperparams.Params) -> hyperparams.Params:
+  """Fills what the learner's params leave to the run: a decaying schedule's total_steps = 0 becomes
+  max_steps (so --max_steps moves the end of the schedule with it). Returns `learner`."""
+  opt = learner.optimizer
+  if 'total_steps' in opt and not opt.total_steps:
+    opt.total_steps = learner.max_steps
+  return learner
 
 
 def SplitOverrides(text: str):

@@ -133,13 +133,20 @@ def SamplePairs(data_dir, languages, num_pairs, temperature, seed, log=print):
   quotas = mixture.Apportion(weights, num_pairs)
   rng = np.random.default_rng(seed)
   pairs = []
-  for lang in languages:
-    rows = [(s.decode('utf-8'), t.decode('utf-8'))
-            for batch in reader.LoadSplit(data_dir, lang, 'train').batch(4096).as_numpy_iterator()
-            for s, t in zip(batch['source'], batch['target'])]
-    order = rng.permutation(len(rows))
+  start, reported = time.time(), time.time()
+  for k, lang in enumerate(languages, 1):
+    sources, targets = [], []
+    for batch in reader.LoadSplit(data_dir, lang, 'train').batch(4096).as_numpy_iterator():
+      sources += list(batch['source'])
+      targets += list(batch['target'])
+    order = rng.permutation(len(sources))
     picks = np.resize(order, quotas[lang])  # Cycles through the permutation: floor or ceil copies each.
-    pairs += [rows[i] for i in picks]
+    # Only the picked pairs are decoded (bytes -> str is most of the cost of reading a large language).
+    pairs += [(sources[i].decode('utf-8'), targets[i].decode('utf-8')) for i in picks]
+    if time.time() - reported > 10 or k == len(languages):
+      reported = time.time()
+      log(f'vocabulary sample: {k}/{len(languages)} languages read, {len(pairs)} pairs '
+          f'({time.time() - start:.0f}s)')
   log(f'vocabulary sample: {len(pairs)} pairs from {len(languages)} languages at T={temperature:g}')
   return pairs
 
@@ -240,7 +247,9 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
     text = {'shared': [x for pair in pairs for x in pair][:sample_sentences],
             'source': [s for s, _ in pairs], 'target': [t for _, t in pairs]}[side]
     start = time.time()
-    model = TrainModel(text, size, tags)
+    log(f'training SentencePiece {side} model: {size} pieces on {len(text)} sentences '
+        f'(about a minute per 300k sentences on 2 cores)...')
+    model = TrainModel(text, size, tags, num_threads=os.cpu_count() or 2)
     train_seconds = time.time() - start
     log(f'trained {path}: {size} pieces on {len(text)} sentences in {train_seconds:.1f}s '
         f'(sampling took {sample_seconds:.1f}s)')

@@ -211,9 +211,11 @@ class Evaluator:
                f'{languages[lang]["distinct"]:.0%} distinct{f", {truncated} truncated" if truncated else ""})')
     if examples:
       step = max(1, len(langs) // examples)
-      for lang in langs[::step][:examples]:
-        s, t = test_set.pairs[lang][0]
-        example_rows.append({'lang': lang, 'source': s, 'reference': t, 'hypothesis': hyps[offsets[lang]]})
+      for k, lang in enumerate(langs[::step][:examples]):
+        # Catalogs share their first strings across languages: take a different sentence from each.
+        j = (k * 7919 + 13) % len(test_set.pairs[lang])
+        s, t = test_set.pairs[lang][j]
+        example_rows.append({'lang': lang, 'source': s, 'reference': t, 'hypothesis': hyps[offsets[lang] + j]})
     truncated_total = sum(languages[l]['truncated'] for l in langs)
     if truncated_total:
       self.log(f'{truncated_total} sources longer than max_source_length={self.max_src_len} pieces were '

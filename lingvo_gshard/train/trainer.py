@@ -7,6 +7,7 @@ What a run writes to its log directory (Lingvo/Praxis habits):
                                 every MoE layer's routing stats);
   ckpt-N.*                      checkpoints (weights, optimizer slots, step); a rerun resumes from the latest.
 """
+import json
 import os
 import time
 from typing import Callable, Dict, Optional
@@ -31,6 +32,9 @@ def CheckpointObjects(model, optimizer=None) -> Dict[str, tf.Variable]:
 def _Clock(seconds: float) -> str:
   seconds = int(seconds)
   return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+CHECKPOINT_LOG = 'checkpoints.jsonl'
 
 
 class CheckpointMismatchError(ValueError):
@@ -77,9 +81,7 @@ class Trainer:
     self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
     if max_steps is not None:
       self.params.learner.max_steps = max_steps
-    opt = self.params.learner.optimizer
-    if 'total_steps' in opt and not opt.total_steps:
-      opt.total_steps = self.params.learner.max_steps  # a decaying schedule ends where the run does
+    experiment_lib.ResolveLearner(self.params.learner)  # a decaying schedule ends where the run does
     self.task = self.params.task
     self.learner_p = self.params.learner
     self.inputs = {s: self.params.input.Get(s) if s in self.params.input else None for s in ('train', 'dev')}
@@ -93,8 +95,12 @@ class Trainer:
       f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
     self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step,
                                           **CheckpointObjects(self.learner.model, self.learner.optimizer))
-    self.manager = tf.train.CheckpointManager(self.checkpoint, logdir, max_to_keep=3)
+    lp = self.learner_p
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint, logdir, max_to_keep=lp.keep_checkpoints,
+        keep_checkpoint_every_n_hours=lp.keep_checkpoint_every_n_hours or None)
     self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) for s in ('train', 'dev')}
+    self._resumed_seconds = None  # training seconds before this process, read at the first save
 
   def _CheckMemory(self):
     """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device."""
@@ -138,7 +144,7 @@ class Trainer:
     if p is None:
       return None
     totals, tokens = {}, 0.0
-    for i, batch in enumerate(p.Instantiate().Dataset()):
+    for i, batch in enumerate(p.Instantiate(log=lambda line: None).Dataset()):
       if i >= self.learner_p.eval_batches:
         break
       batch = {k: v.numpy() for k, v in batch.items()}
@@ -158,24 +164,36 @@ class Trainer:
     if step >= lp.max_steps:
       self.log(f'already at step {step} >= max_steps {lp.max_steps}')
       return {}
-    data = iter(self.inputs['train'].Instantiate().Dataset())
+    self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {step + 1}...')
+    data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
     last, window_tokens, window_start = {}, 0.0, time.time()
-    start, start_step = window_start, step
+    began = start = window_start
+    start_step, input_seconds = step, None
     while step < lp.max_steps:
       batch = {k: v.numpy() for k, v in next(data).items()}
+      first = input_seconds is None
+      if first:
+        input_seconds = time.time() - start
       metrics = self.learner.TrainStep(batch)
       step += 1
-      window_tokens += float(batch['tgt_weights'].sum())
+      if first:
+        self.partitioner.Fetch(metrics['loss'])
+        self.log(f'first batch after {input_seconds:.0f}s, first step (compiling it) '
+                 f'{time.time() - start - input_seconds:.0f}s; training to step {lp.max_steps}')
+        # Rates and the ETA count from here: neither start-up cost recurs.
+        start, start_step, window_start = time.time(), step, time.time()
+      else:
+        window_tokens += float(batch['tgt_weights'].sum())
       if step % lp.log_interval == 0 or step == lp.max_steps:
         last = {k: float(self.partitioner.Fetch(v)) for k, v in metrics.items()}
         elapsed = time.time() - window_start
         last['target_tokens_per_sec'] = window_tokens / max(elapsed, 1e-9)
         self._Summaries('train', last, step)
         now = time.time()
-        eta = (now - start) / (step - start_step) * (lp.max_steps - step)
+        eta = (now - start) / max(step - start_step, 1) * (lp.max_steps - step)
         self.log(f'step {step:6d}/{lp.max_steps} loss {last["loss"]:.4f} xent {last["xent"]:.4f} '
                  f'aux {last["aux_loss"]:.3f} lr {last["learning_rate"]:.2e} '
-                 f'{last["target_tokens_per_sec"]:.0f} tgt tok/s  elapsed {_Clock(now - start)} '
+                 f'{last["target_tokens_per_sec"]:.0f} tgt tok/s  elapsed {_Clock(now - began)} '
                  f'eta {_Clock(eta)}')
         if not np.isfinite(last['loss']):
           raise FloatingPointError(f'loss is {last["loss"]} at step {step}; last checkpoint kept')
@@ -183,10 +201,27 @@ class Trainer:
       if lp.eval_interval and step % lp.eval_interval == 0:
         self._RunEval(step)
       if step % lp.save_interval == 0 or step == lp.max_steps:
-        self.manager.save(checkpoint_number=step)
+        self._Save(step, time.time() - began)
     if lp.eval_interval and step % lp.eval_interval:
       self._RunEval(step)
     return last
+
+  def _Save(self, step, seconds):
+    """Writes ckpt-<step> and appends {step, wall-clock of training so far} to checkpoints.jsonl (the x axis
+    of learning curves against time; seconds add up across resumed runs)."""
+    path = self.manager.save(checkpoint_number=step)
+    log_path = os.path.join(self.logdir, CHECKPOINT_LOG)
+    before = 0.0
+    if os.path.exists(log_path):
+      with open(log_path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+      before = max([r['train_seconds'] for r in rows if r['step'] < step] or [0.0])
+    if self._resumed_seconds is None:
+      self._resumed_seconds = before
+    with open(log_path, 'a') as f:
+      f.write(json.dumps({'step': step, 'checkpoint': os.path.basename(path),
+                          'train_seconds': round(self._resumed_seconds + seconds, 1),
+                          'time': time.strftime('%Y-%m-%dT%H:%M:%S')}) + '\n')
 
   def _RunEval(self, step):
     dev = self.Evaluate()

@@ -1,0 +1,34 @@
+#!/bin/bash
+# The runs behind docs/recipe.md, in the order they ran (one after another on a 2-core machine; nothing else
+# ran alongside the training runs unless docs/recipe.md says so). Each trains through the trainer binary and
+# is scored by tools/evaluate.py on the dev split's first 20 sentences of every language (2,000 sentences).
+set -euo pipefail
+D=/tmp/gshard_data R=/tmp/runs
+T="python -m lingvo_gshard.tools.trainer --data_dir=$D"
+E="python -m lingvo_gshard.tools.evaluate --data_dir=$D --split=dev --max_sentences=20"
+NODROP="task.input_dropout_prob : 0.0; task.encoder.layer_tpl.atten_dropout_prob : 0.0; task.encoder.layer_tpl.residual_dropout_prob : 0.0; task.encoder.layer_tpl.ffn_tpl.relu_dropout_prob : 0.0; task.decoder.layer_tpl.atten_dropout_prob : 0.0; task.decoder.layer_tpl.residual_dropout_prob : 0.0; task.decoder.layer_tpl.ffn_tpl.relu_dropout_prob : 0.0"
+V16="task.source_vocab_size : 16000; task.target_vocab_size : 8000; input.train.vocab.source_size : 16000; input.train.vocab.target_size : 8000; input.dev.vocab.source_size : 16000; input.dev.vocab.target_size : 8000; input.test.vocab.source_size : 16000; input.test.vocab.target_size : 8000"
+OLD="learner.optimizer.schedule : rsqrt; learner.optimizer.learning_rate : 1.0; learner.optimizer.warmup_steps : 1000; task.input_dropout_prob : 0.1; task.encoder.layer_tpl.atten_dropout_prob : 0.1; task.encoder.layer_tpl.residual_dropout_prob : 0.1; task.encoder.layer_tpl.ffn_tpl.relu_dropout_prob : 0.1; task.decoder.layer_tpl.atten_dropout_prob : 0.1; task.decoder.layer_tpl.residual_dropout_prob : 0.1; task.decoder.layer_tpl.ffn_tpl.relu_dropout_prob : 0.1"
+
+python -m lingvo_gshard.tools.prepare_data --data_dir=$D
+
+# Pilots (400 steps): the peak learning rate of the cosine schedule, 100 warm-up steps, no dropout.
+# (Run with the 16k/8k vocabulary the experiments then had, now spelled out by $V16.)
+for lr in 0.03 0.1 0.01; do
+  $T --model=M4TinyMoE --logdir=$R/pilot_moe_cos_lr$lr --max_steps=400 --model_params_override="$V16; $NODROP; learner.optimizer.schedule : cosine; learner.optimizer.warmup_steps : 100; learner.optimizer.learning_rate : $lr; learner.eval_interval : 200; learner.save_interval : 400"
+done
+$E --model=M4TinyMoE --logdir=$R/pilot_moe_cos_lr0.03
+# The same with an 8k source / 4k target vocabulary (the experiments' vocabulary since).
+$T --model=M4TinyMoE --logdir=$R/pilot_moe_cos_lr0.03_v8k4k --max_steps=400 --model_params_override="$NODROP; learner.optimizer.schedule : cosine; learner.optimizer.warmup_steps : 100; learner.optimizer.learning_rate : 0.03; learner.eval_interval : 200; learner.save_interval : 400"
+$E --model=M4TinyMoE --logdir=$R/pilot_moe_cos_lr0.03_v8k4k
+
+# 15-minute budget (1,200 steps). s1: the recipe the experiments had before (rsqrt, 1k warm-up, dropout 0.1).
+$T --model=M4TinyMoE --logdir=$R/s1_moe_old_1200 --max_steps=1200 --model_params_override="$V16; $OLD; learner.eval_interval : 400; learner.save_interval : 400"
+$E --model=M4TinyMoE --logdir=$R/s1_moe_old_1200
+# s2: the README's main job, from a fresh data directory (corpus and vocabularies built inside the timing).
+time (python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/demo_data && python -m lingvo_gshard.tools.trainer --model=M4TinyMoEDemo --data_dir=/tmp/demo_data --logdir=$R/s2_demo_moe && python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=$R/s2_demo_moe --max_sentences=50 --examples=5)
+python -m lingvo_gshard.tools.evaluate --split=dev --max_sentences=20 --model=M4TinyMoEDemo --logdir=$R/s2_demo_moe
+# s3: the dense model of equal per-token FLOPs, same recipe.
+python -m lingvo_gshard.tools.trainer --model=M4TinyDenseDemo --data_dir=/tmp/demo_data --logdir=$R/s3_demo_dense
+python -m lingvo_gshard.tools.evaluate --model=M4TinyDenseDemo --logdir=$R/s3_demo_dense --max_sentences=50 --examples=5
+python -m lingvo_gshard.tools.evaluate --split=dev --max_sentences=20 --model=M4TinyDenseDemo --logdir=$R/s3_demo_dense

@@ -1,0 +1,47 @@
+"""Learning-curve points come from the trainer's checkpoints.jsonl and the evaluator's results; the tool
+prints them and writes a PNG and JSON."""
+import json
+import os
+import subprocess
+import sys
+
+from lingvo_gshard.train import curves
+
+
+def _FakeRun(root, evaluated):
+  os.makedirs(root)
+  with open(os.path.join(root, 'checkpoints.jsonl'), 'w') as f:
+    for step, secs in ((400, 300.0), (800, 610.5), (1200, 905.0)):
+      f.write(json.dumps({'step': step, 'checkpoint': f'ckpt-{step}', 'train_seconds': secs}) + '\n')
+  for step, top10, chrf in evaluated:
+    d = os.path.join(root, 'decode_dev', f'ckpt-{step}')
+    os.makedirs(d)
+    res = {'step': step, 'languages': {'de': {'sentences': 20}, 'fr': {'sentences': 20}},
+           'averages': {'top10': {'bleu': top10, 'chrf': chrf, 'languages': 2}}}
+    json.dump(res, open(os.path.join(d, 'results.json'), 'w'))
+
+
+def test_points_pair_each_evaluated_checkpoint_with_its_wall_clock(tmp_path):
+  run = str(tmp_path / 'moe')
+  _FakeRun(run, [(1200, 9.5, 30.0), (400, 2.0, 12.5)])   # ckpt-800 not evaluated
+  points = curves.Points(run, 'dev')
+  assert [(p['step'], p['train_seconds'], p['bleu'], p['chrf'], p['sentences']) for p in points] == [
+      (400, 300.0, 2.0, 12.5, 40), (1200, 905.0, 9.5, 30.0, 40)]
+  assert curves.Points(run, 'test') == [] and curves.Points(run, 'dev', 'high') == []
+
+
+def test_tool_writes_table_json_and_png(tmp_path):
+  _FakeRun(str(tmp_path / 'a'), [(400, 2.0, 12.5), (800, 5.0, 20.0)])
+  _FakeRun(str(tmp_path / 'b'), [(400, 1.0, 10.0)])
+  png, js = tmp_path / 'c.png', tmp_path / 'c.json'
+  out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.learning_curves',
+                        f'--runs=MoE={tmp_path / "a"},Dense={tmp_path / "b"}', f'--plot={png}', f'--json={js}'],
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert 'MoE               800     10.2   5.00  20.00' in out.stdout
+  assert open(png, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+  data = json.load(open(js))
+  assert [p['step'] for p in data['runs']['MoE']] == [400, 800] and len(data['runs']['Dense']) == 1
+  bad = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.learning_curves', '--runs=MoE'],
+                       capture_output=True, text=True, timeout=120)
+  assert bad.returncode == 1 and "is not NAME=LOGDIR" in bad.stderr
