@@ -211,6 +211,9 @@ class MTInput:
     ds = ds.map(lambda batch: {k: tf.ensure_shape(v, shapes[k]) for k, v in batch.items()})
     options = tf.data.Options()
     options.deterministic = True
+    # The skip counters (Stats) are variables outside the pipeline: a checkpointed iterator (exact resume)
+    # restores the position and buffers, not those diagnostics.
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
   def BucketLengths(self):
@@ -247,4 +250,7 @@ class MTInput:
 
     options = tf.data.Options()
     options.deterministic = True
+    # The skip counters (Stats) are variables outside the pipeline: a checkpointed iterator (exact resume)
+    # restores the position and buffers, not those diagnostics.
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return ds.map(Trim).with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -126,10 +126,17 @@ class Trainer:
     return int(self.partitioner.Fetch(self.learner.global_step))
 
   def Restore(self) -> int:
-    if self.manager.latest_checkpoint:
-      CheckCheckpoint(self.manager.latest_checkpoint, CheckpointObjects(self.learner.model, self.learner.optimizer))
-      self.checkpoint.restore(self.manager.latest_checkpoint)
-      self.log(f'restored {self.manager.latest_checkpoint} at step {self.Step()}')
+    """Restores the latest checkpoint (weights, optimizer state, step, and the training input's position once
+    Train has attached its iterator); returns the step."""
+    path = self.manager.latest_checkpoint
+    if path:
+      CheckCheckpoint(path, CheckpointObjects(self.learner.model, self.learner.optimizer))
+      try:
+        self.checkpoint.restore(path)
+      except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointMismatchError(f'{path}: cannot restore ({type(e).__name__}: '
+                                      f'{str(e).splitlines()[0][:200]})') from None
+      self.log(f'restored {path} at step {self.Step()}')
     return self.Step()
 
   def _Summaries(self, split, metrics, step):
@@ -160,12 +167,18 @@ class Trainer:
   def Train(self) -> Dict[str, float]:
     """Runs to `max_steps` (resuming), returns the last training metrics."""
     lp = self.learner_p
-    step = self.Restore()
-    if step >= lp.max_steps:
-      self.log(f'already at step {step} >= max_steps {lp.max_steps}')
+    if self.Step() == 0 and self.manager.latest_checkpoint:
+      self.Restore()  # to know the step before building the input
+    if self.Step() >= lp.max_steps:
+      self.log(f'already at step {self.Step()} >= max_steps {lp.max_steps}')
       return {}
-    self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {step + 1}...')
+    self.log(f'building the input (vocabularies, shuffle buffers of every language) for step '
+             f'{self.Step() + 1}...')
     data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
+    # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
+    # have read (position, shuffle buffers and mixture state), so its losses are the same step for step.
+    self.checkpoint.input = data
+    step = self.Restore()
     last, window_tokens, window_start = {}, 0.0, time.time()
     began = start = window_start
     start_step, input_seconds = step, None
