@@ -50,7 +50,7 @@ setuptools.setup(
         'numpy>=1.26,<3',
     ],
     extras_require={
-        'test': ['pytest>=8,<10', 'matplotlib>=3.8,<4'],
+        'test': ['pytest>=8,<10', 'matplotlib>=3.8,<4', 'torch==2.13.0', 'transformers>=4.40'],
         'plots': ['matplotlib>=3.8,<4'],
         # tools/decode_benchmark.py's reference (Hugging Face NLLB-MoE generate); the CPU build of torch.
         'bench': ['torch==2.13.0', 'transformers>=4.40'],

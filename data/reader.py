@@ -80,7 +80,12 @@ def LoadSplit(data_dir, lang=None, split='train', shuffle_files=False):
     expr = f'{split}[{start}:{end}]'
   if not manifest['totals'][split]:
     raise report_lib.DataError(f'{data_dir}: the {split} split is empty in this build')
-  return _Builder(data_dir, manifest).as_dataset(split=expr, shuffle_files=shuffle_files)
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  # No TFDS auto-cache: it would keep every language's slice in memory, and a checkpointed iterator (the
+  # trainer's exact resume) would then carry the whole cache in each checkpoint (~100 MB and growing).
+  # Reading the records again each epoch is far faster than training consumes them.
+  return _Builder(data_dir, manifest).as_dataset(split=expr, shuffle_files=shuffle_files,
+                                                 read_config=tfds.ReadConfig(try_autocache=False))
 
 
 def Pairs(data_dir, lang, split):

@@ -75,7 +75,7 @@ class M4TinyBase(experiment.Experiment):
     p = super().Learner()
     p.optimizer.Set(learning_rate=self.LEARNING_RATE, warmup_steps=self.WARMUP_STEPS, schedule=self.SCHEDULE)
     p.Set(max_steps=self.MAX_STEPS, log_interval=20, eval_interval=self.SAVE_INTERVAL,
-          save_interval=self.SAVE_INTERVAL, keep_checkpoints=30)
+          save_interval=self.SAVE_INTERVAL, keep_checkpoints=5, keep_checkpoint_every_n_hours=0.25)
     return p
 
   def _Input(self, split, repeat):

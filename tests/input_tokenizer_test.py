@@ -105,8 +105,8 @@ def test_training_is_deterministic_and_settings_are_checked(data_dir, shared, tm
                                           sample_sentences=3000, log=lines.append)
   assert again.model_bytes == shared.model_bytes
   # Progress while sampling and before training, then what was trained.
-  assert lines[0].startswith('vocabulary sample: 4/4 languages read') and 'training SentencePiece' in lines[2]
-  assert len(lines) == 4 and 'trained' in lines[3]
+  assert lines[0].startswith('vocabulary sample: ') and 'languages read' in lines[0]
+  assert 'training SentencePiece' in lines[-2] and lines[-1].startswith('trained')
   # A second call loads (no training), and other settings are refused naming the setting.
   lines.clear()
   loaded, _ = tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', _SIZE, _SIZE,

@@ -17,9 +17,9 @@ from absl import flags
 _MODEL = flags.DEFINE_string('model', 'M4TinyMoE', 'Experiment whose shape both sides take.')
 _OVERRIDES = flags.DEFINE_string(
     'model_params_override',
-    'task.source_vocab_size : 8000; task.encoder.moe_tpl.hidden_dim : 1024; task.decoder.moe_tpl.hidden_dim : '
+    'task.target_vocab_size : 8000; task.encoder.moe_tpl.hidden_dim : 1024; task.decoder.moe_tpl.hidden_dim : '
     '1024', 'Overrides of the experiment for the shared shape (default: experts as wide as the dense FFN and '
-    'one 8k vocabulary, as HF NLLB-MoE has).')
+    'an 8k vocabulary on both sides, the issue\'s D256 F1024 E16 V8000 shape; HF NLLB-MoE has one).')
 _DATA_DIR = flags.DEFINE_string('data_dir', '/tmp/gshard_data', 'Built corpus (prepare_data).')
 _LANGUAGES = flags.DEFINE_list('languages', ['fr', 'de', 'ru', 'es', 'ja', 'zh-CN', 'pl', 'uk'],
                                'Languages whose test sentences are decoded.')
@@ -48,17 +48,20 @@ def main(argv):
     print(f'decode_benchmark: needs torch and transformers (pip install -e ".[bench]"): {e}', file=sys.stderr)
     return 1
   from lingvo_gshard.bench import decode  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import experiment  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import test_sets  # pylint: disable=g-import-not-at-top
   registry.LoadAll()
   try:
-    exp = registry.Get(_MODEL.value)
-    ours = decode.Ours(exp, _OVERRIDES.value, _BEAM.value, _LENGTH.value)
-    inp = exp.Test()
-    inp.data_dir = _DATA_DIR.value
-    # The source vocabulary of the experiment as trained (16k); ids are folded into HF's 8k for HF.
+    root = experiment.ExperimentParams(registry.Get(_MODEL.value), _DATA_DIR.value)
+    experiment.ApplyOverrides(root, _OVERRIDES.value)
+    ours = decode.Ours(root, _BEAM.value, _LENGTH.value)
+    if 'test' not in root.input:
+      raise ValueError(f'{_MODEL.value} has no Test() input to take sentences from')
+    inp = root.input.test
+    # The experiment's trained source vocabulary; its ids are folded into the model's (HF's one) vocabulary.
     src_vocab, _ = inp.Instantiate(log=lambda line: None).Vocabularies()
     ts = test_sets.FromCorpus(_DATA_DIR.value, 'test', _LANGUAGES.value, _SENTENCES.value, log=lambda l: None)
   except (registry.RegistryError, report.DataError, hyperparams.ParamsError, ValueError) as e:

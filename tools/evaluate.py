@@ -50,6 +50,8 @@ def _CheckFlags():
     _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
   if _BEAM.value < 1:
     _Fail(f'--beam_size must be >= 1, got {_BEAM.value}')
+  if _ALPHA.value < 0:
+    _Fail(f'--length_alpha must be >= 0, got {_ALPHA.value}')
   if _EXAMPLES.value < 0:
     _Fail(f'--examples must be >= 0, got {_EXAMPLES.value}')
   if _BATCH_TOKENS.value < 64:
@@ -111,7 +113,7 @@ def main(argv):
   registry.LoadAll()
   try:
     exp = registry.Get(_MODEL.value)
-    ev = evaluator.Evaluator(exp, _LOGDIR.value, _DATA_DIR.value, _SPLIT.value, _BEAM.value, _ALPHA.value,
+    ev = evaluator.Evaluator(exp, _LOGDIR.value, _DATA_DIR.value, _BEAM.value, _ALPHA.value,
                              _BATCH_TOKENS.value, _CHECKPOINT.value, log=log)
     manifest = reader.LoadManifest(ev.data_dir)
     if _TEST_DIR.value:

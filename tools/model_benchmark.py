@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from lingvo_gshard.core import experiment
 from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import registry
 from lingvo_gshard.models import analysis
@@ -92,7 +93,7 @@ def TrainCase(name, mode='jit'):
   else:
     src_len, length = inp.max_source_length, inp.max_target_length
   task = exp.Task()
-  lp = exp.Learner()
+  lp = experiment.ResolveLearner(exp.Learner())
   partitioner = exp.Partitioner('none', jit=(mode == 'jit'))
   learner = learner_lib.Learner(task, lp.optimizer, partitioner, lp.seed)
   batch = SyntheticBatch(rows, src_len, length, task.source_vocab_size, task.target_vocab_size)

@@ -4,7 +4,7 @@ Both sides get the same model shape (the M4Tiny MoE with experts as wide as the 
 experts every other layer, vocabulary), random weights, the same batches of real source sentences (token ids
 of our source vocabulary, folded into the shared vocabulary HF's model has) and the same number of output
 tokens per sentence: ours decodes exactly `length` steps without its early stop, HF's generate is forced to
-`length` new tokens (min = max). Threads: TF's and torch's intra-op pools both get every core.
+`length` new tokens (min = max). Threads: TF's default intra-op pool and torch's (set here) use every core.
 """
 import os
 import time
@@ -13,7 +13,6 @@ from typing import Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.models import decoding
 
@@ -49,9 +48,8 @@ def Batches(sentences: Sequence[Sequence[int]], batch_size: int, max_len: int) -
 class Ours:
   """The project's BeamSearch on a TransformerMT built from an experiment's params (random weights)."""
 
-  def __init__(self, exp, overrides: str, beam_size: int, length: int, seed: int = 1):
-    root = experiment_lib.ExperimentParams(exp)
-    experiment_lib.ApplyOverrides(root, overrides)
+  def __init__(self, root, beam_size: int, length: int, seed: int = 1):
+    """`root`: experiment params (experiment.ExperimentParams, overrides applied)."""
     self.params = root.task
     partitioner = sharding.Partitioner('none')
     with sharding.use(partitioner):
@@ -100,7 +98,7 @@ class HuggingFace:
   def __call__(self, ids: np.ndarray):
     torch = self.torch
     # Our source ids index a larger source vocabulary; HF's model has one shared one: fold them into it.
-    folded = np.where(ids > 0, 3 + (ids - 3) % (self.vocab - 3), PAD)
+    folded = np.where(ids >= 3, 3 + (ids - 3) % (self.vocab - 3), ids)  # pad, eos, start stay
     with torch.inference_mode():
       x = torch.from_numpy(folded)
       return self.model.generate(input_ids=x, attention_mask=(x != PAD).long(), **self.kwargs).numpy()

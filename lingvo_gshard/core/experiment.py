@@ -104,6 +104,10 @@ def ResolveLearner(learner: hyperparams.Params) -> hyperparams.Params:
   max_steps (so --max_steps moves the end of the schedule with it). Returns `learner`."""
   opt = learner.optimizer
   if 'total_steps' in opt and not opt.total_steps:
+    if opt.schedule != 'rsqrt' and learner.max_steps <= opt.warmup_steps:
+      raise hyperparams.ParamsError(
+          f'learner.max_steps ({learner.max_steps}) must exceed learner.optimizer.warmup_steps '
+          f'({opt.warmup_steps}): the {opt.schedule} schedule decays from the end of warm-up to max_steps')
     opt.total_steps = learner.max_steps
   return learner
 
@@ -143,7 +147,7 @@ def ApplyOverrides(root: hyperparams.Params, text: str) -> list:
   An unknown key or a wrong type raises ParamsError naming the key (and the closest keys)."""
   applied = []
   for key, raw in SplitOverrides(text):
-    root.FromText(f'{key} : {raw}')
+    root._SetFromString(key, raw, where='')  # pylint: disable=protected-access
     applied.append(f'{key} : {hyperparams._ValueToText(root.Get(key))}')  # pylint: disable=protected-access
   return applied
 
@@ -161,14 +165,17 @@ def LoadRunParams(exp: Experiment, logdir: str, data_dir: str = '') -> hyperpara
   for line in text.splitlines():
     key = line.partition(' :')[0].strip()
     if not key or key.startswith('#'):
+      lines.append('')  # kept blank, so errors give the file's own line numbers
       continue
     if data_dir and key.startswith('input.') and key.endswith('.data_dir'):
-      continue  # the caller's --data_dir wins: the corpus may have been built elsewhere
+      lines.append('')  # the caller's --data_dir wins: the corpus may have been built elsewhere
+      continue
     try:
       root.Get(key)
     except hyperparams.ParamsError:
       if key.startswith('input.') and key.split('.')[1] not in root.input:
-        continue  # an input split this experiment no longer defines
+        lines.append('')  # an input split this experiment no longer defines
+        continue
       raise hyperparams.ParamsError(f'{path}: {key!r} is not a param of {type(exp).__name__} (was the run '
                                     'trained with another experiment?)') from None
     lines.append(line)

@@ -249,13 +249,14 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
     start = time.time()
     log(f'training SentencePiece {side} model: {size} pieces on {len(text)} sentences '
         f'(about a minute per 300k sentences on 2 cores)...')
-    model = TrainModel(text, size, tags, num_threads=os.cpu_count() or 2)
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 2)
+    model = TrainModel(text, size, tags, num_threads=threads)
     train_seconds = time.time() - start
     log(f'trained {path}: {size} pieces on {len(text)} sentences in {train_seconds:.1f}s '
         f'(sampling took {sample_seconds:.1f}s)')
     os.makedirs(vocab_dir, exist_ok=True)
     _WriteAtomically(path + '.json', json.dumps(dict(
-        settings, tags=tags, sentences=len(text), train_seconds=round(train_seconds, 2),
+        settings, tags=tags, sentences=len(text), train_seconds=round(train_seconds, 2), num_threads=threads,
         sample_seconds=round(sample_seconds, 2), sentencepiece=spm.__version__), indent=1).encode('utf-8'))
     _WriteAtomically(path, model)  # Last: a model without its settings file is never left behind.
     models[side] = Vocabulary(model, path)

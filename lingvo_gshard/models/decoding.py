@@ -56,6 +56,9 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   alive beam's best possible finished score is its log-prob / LengthPenalty(T)). The result is the same as
   running all T steps; only the steps that cannot change it are skipped.
   """
+  if early_stop and length_alpha < 0:
+    raise ValueError(f'length_alpha must be >= 0 with early_stop (got {length_alpha}): the stopping bound '
+                     'assumes the length penalty grows with length')
   k = beam_size
   b = tf.shape(src_ids)[0]
   state = model.InitDecoderState(_Tile(src_ids, k), _Tile(src_segment_ids, k), _Tile(src_positions, k),

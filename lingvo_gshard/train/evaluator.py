@@ -12,8 +12,8 @@ still change its result. Sources longer than training's max_source_length are tr
 dropped such examples), counted and reported.
 
 Results are kept per (test set, checkpoint) under LOGDIR/decode_<set>/<checkpoint>/: results.json (languages
-merged across evaluations, never overwritten by a smaller one) and <lang>.src / .ref / .hyp, aligned lines,
-for rescoring or sacrebleu's paired bootstrap between runs.
+merged across evaluations: evaluating one language adds or replaces that language only; other beam settings
+are refused) and <lang>.src / .ref / .hyp, aligned lines, for rescoring or sacrebleu's paired bootstrap.
 """
 import json
 import os
@@ -41,6 +41,10 @@ def RestoreModel(params, logdir: str, partitioner: sharding.Partitioner, checkpo
   ckpt_path = checkpoint or tf.train.latest_checkpoint(logdir)
   if ckpt_path is None:
     raise FileNotFoundError(f'{logdir}: no checkpoint (train it with python -m lingvo_gshard.tools.trainer)')
+  if not os.path.exists(ckpt_path + '.index') and os.path.exists(os.path.join(logdir, ckpt_path + '.index')):
+    ckpt_path = os.path.join(logdir, ckpt_path)  # --checkpoint=ckpt-400 names one in the log directory
+  if not os.path.exists(ckpt_path + '.index'):
+    raise FileNotFoundError(f'{ckpt_path}: no such checkpoint (no {ckpt_path}.index)')
   with sharding.use(partitioner):
     model = params.task.Instantiate().InstantiateVariables(partitioner, params.learner.seed)
   objects = trainer.CheckpointObjects(model)
@@ -80,8 +84,8 @@ def Averages(languages: Dict[str, Dict], manifest: Dict) -> Dict[str, Dict]:
 class Evaluator:
   """Decodes test sets with a run's restored model and scores them (see the module docstring)."""
 
-  def __init__(self, exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', split: str = 'test',
-               beam_size: int = 4, length_alpha: float = 0.6, batch_tokens: int = 2048, checkpoint: str = '',
+  def __init__(self, exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', beam_size: int = 4,
+               length_alpha: float = 0.6, batch_tokens: int = 2048, checkpoint: str = '',
                log: Callable[[str], None] = print):
     self.exp, self.logdir, self.log = exp, logdir, log
     self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
@@ -89,7 +93,6 @@ class Evaluator:
       raise ValueError(f'{type(exp).__name__} has no train input (its vocabulary and lengths)')
     inp = self.params.input.train
     self.data_dir = inp.data_dir
-    self.split = split
     self.src_vocab, self.tgt_vocab = inp.Instantiate(log=lambda line: None).Vocabularies()
     self.partitioner = sharding.Partitioner('none')
     self.model, self.checkpoint = RestoreModel(self.params, logdir, self.partitioner, checkpoint)
@@ -119,17 +122,15 @@ class Evaluator:
 
   def _Compiled(self, src_len):
     if src_len not in self._compiled:
-      # Targets run shorter than their sources (English vs 100 languages' pieces): twice the source bucket
-      # leaves room; beams stop at eos anyway.
-      max_len = min(self.max_tgt_len, 2 * src_len)
+      # Up to training's longest target whatever the bucket; the beam's early stop ends short ones sooner.
       self._compiled[src_len] = tf.function(
-          lambda a, b, c: self._decode_fn(a, b, c, max_len), jit_compile=True)
+          lambda a, b, c: self._decode_fn(a, b, c, self.max_tgt_len), jit_compile=True)
     return self._compiled[src_len]
 
   def Translate(self, sources: Sequence[str], progress: Optional[Callable[[int, int], None]] = None):
-    """-> (hypotheses, number of sources truncated to max_source_length)."""
+    """-> (hypotheses, [bool] per source: truncated to max_source_length)."""
     encoded = [list(self.src_vocab.Encode(s)) for s in sources]
-    truncated = sum(len(e) + 1 > self.max_src_len for e in encoded)
+    truncated = [len(e) + 1 > self.max_src_len for e in encoded]
     encoded = [e[:self.max_src_len - 1] + [tokenizer.EOS_ID] for e in encoded]
     buckets = self.Buckets()
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
@@ -144,8 +145,11 @@ class Evaluator:
         chunk.append(order[i])
         i += 1
       ids = np.zeros((rows, length), np.int32)
-      for r, j in enumerate(chunk):
-        ids[r, :len(encoded[j])] = encoded[j]
+      # Rows past the chunk repeat its first sentence: an empty source would be decoded too and, never
+      # emitting eos, would keep the batch from stopping early.
+      for r in range(rows):
+        e = encoded[chunk[r] if r < len(chunk) else chunk[0]]
+        ids[r, :len(e)] = e
       segment = (ids != 0).astype(np.int32)
       positions = np.where(segment, np.arange(length, dtype=np.int32)[None], 0).astype(np.int32)
       hyp = self._Compiled(length)(tf.constant(ids), tf.constant(segment), tf.constant(positions)).numpy()
@@ -179,7 +183,7 @@ class Evaluator:
         rate = done / max(now - start, 1e-9)
         self.log(f'  decoded {done}/{total} sentences, {rate:.1f}/s, eta {(total - done) / max(rate, 1e-9):.0f}s')
 
-    hyps, _ = self.Translate(sources, Progress)
+    hyps, truncated_flags = self.Translate(sources, Progress)
     seconds = time.time() - start
     out_dir = self.ResultDir(test_set.name)
     os.makedirs(out_dir, exist_ok=True)
@@ -188,6 +192,10 @@ class Evaluator:
     if os.path.exists(results_path):
       with open(results_path) as f:
         previous = json.load(f)
+      settings = (previous.get('beam_size'), previous.get('length_alpha'))
+      if settings != (self.beam_size, self.length_alpha):
+        raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}; not merging '
+                         f'beam {self.beam_size}, alpha {self.length_alpha} into it (move it away first)')
     languages = dict(previous.get('languages', {}))
     pos, bleu_sig, chrf_sig, example_rows, offsets = 0, '', '', [], {}
     info = manifest['languages']
@@ -200,7 +208,7 @@ class Evaluator:
       refs = [t for _, t in pairs]
       bleu, bleu_sig = Bleu(lang_hyps, refs)
       chrf, chrf_sig = Chrf(lang_hyps, refs)
-      truncated = sum(len(self.src_vocab.Encode(s)) + 1 > self.max_src_len for s in lang_src)
+      truncated = sum(truncated_flags[offsets[lang]:pos])
       languages[lang] = {'bleu': bleu, 'chrf': chrf, 'sentences': len(pairs),
                          'distinct': len(set(lang_hyps)) / len(lang_hyps), 'truncated': truncated,
                          'bucket': info.get(lang, {}).get('bucket', '?'), 'train': info.get(lang, {}).get('train', 0)}

@@ -49,6 +49,8 @@ def ReadTsv(path: str) -> List[Tuple[str, str]]:
   """(source, reference) pairs of one file; DataError naming file and line on a bad line."""
   with open(path, 'rb') as f:
     raw = f.read()
+  if raw.startswith(b'\xef\xbb\xbf'):
+    raw = raw[3:]  # a UTF-8 byte-order mark is not part of the first source
   pairs = []
   for lineno, line in enumerate(raw.split(b'\n'), 1):
     line = line.rstrip(b'\r')

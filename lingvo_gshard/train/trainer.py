@@ -134,8 +134,15 @@ class Trainer:
       try:
         self.checkpoint.restore(path)
       except (tf.errors.OpError, ValueError) as e:
-        raise CheckpointMismatchError(f'{path}: cannot restore ({type(e).__name__}: '
-                                      f'{str(e).splitlines()[0][:200]})') from None
+        if getattr(self.checkpoint, 'input', None) is None:
+          raise CheckpointMismatchError(f'{path}: cannot restore ({type(e).__name__}: '
+                                        f'{str(e).splitlines()[0][:200]})') from None
+        # The input changed since (its params or the corpus): weights and step still restore, the input
+        # starts again from its first batch.
+        self.log(f'{path}: the input position does not restore into this input ({type(e).__name__}); '
+                 'the input restarts from its first batch')
+        tf.train.Checkpoint(step=self.learner.global_step, **CheckpointObjects(
+            self.learner.model, self.learner.optimizer)).restore(path).expect_partial()
       self.log(f'restored {path} at step {self.Step()}')
     return self.Step()
 
@@ -167,13 +174,14 @@ class Trainer:
   def Train(self) -> Dict[str, float]:
     """Runs to `max_steps` (resuming), returns the last training metrics."""
     lp = self.learner_p
-    if self.Step() == 0 and self.manager.latest_checkpoint:
-      self.Restore()  # to know the step before building the input
-    if self.Step() >= lp.max_steps:
-      self.log(f'already at step {self.Step()} >= max_steps {lp.max_steps}')
+    latest = self.manager.latest_checkpoint
+    # The checkpoint's step, read alone: the whole checkpoint is restored once, after the input exists.
+    saved = int(tf.train.load_variable(latest, 'step/.ATTRIBUTES/VARIABLE_VALUE')) if latest else self.Step()
+    if saved >= lp.max_steps:
+      self.Restore()
+      self.log(f'already at step {saved} >= max_steps {lp.max_steps}')
       return {}
-    self.log(f'building the input (vocabularies, shuffle buffers of every language) for step '
-             f'{self.Step() + 1}...')
+    self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
     data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
     # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
     # have read (position, shuffle buffers and mixture state), so its losses are the same step for step.
