@@ -1,0 +1,1 @@
+"""Benchmarks against other implementations, measured in the same run (tools/*_benchmark.py use them)."""
