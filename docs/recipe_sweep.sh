@@ -32,3 +32,9 @@ python -m lingvo_gshard.tools.evaluate --split=dev --max_sentences=20 --model=M4
 python -m lingvo_gshard.tools.trainer --model=M4TinyDenseDemo --data_dir=/tmp/demo_data --logdir=$R/s3_demo_dense
 python -m lingvo_gshard.tools.evaluate --model=M4TinyDenseDemo --logdir=$R/s3_demo_dense --max_sentences=50 --examples=5
 python -m lingvo_gshard.tools.evaluate --split=dev --max_sentences=20 --model=M4TinyDenseDemo --logdir=$R/s3_demo_dense
+
+# Next (not run yet): the 2-hour recipe of both models, one after the other, then every kept checkpoint scored.
+# python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=$D --logdir=$R/moe_2h
+# python -m lingvo_gshard.tools.trainer --model=M4TinyDense --data_dir=$D --logdir=$R/dense_2h
+# for c in $R/moe_2h/ckpt-*.index; do $E --model=M4TinyMoE --logdir=$R/moe_2h --checkpoint=${c%.index}; done
+# python -m lingvo_gshard.tools.learning_curves --runs=MoE=$R/moe_2h,Dense=$R/dense_2h --plot=docs/curves_2h.png
