@@ -16,15 +16,10 @@ from lingvo_gshard.input import tokenizer
 from lingvo_gshard.train import evaluator
 from lingvo_gshard.train import test_sets
 from lingvo_gshard.train import trainer as trainer_lib
-import input_helpers
 from trainer_test import _SmallMoE
+from trainer_test import data_dir  # pylint: disable=unused-import  (the small built corpus fixture)
 
 OVERRIDES = 'task.encoder.num_layers : 3; learner.max_steps : 4; learner.save_interval : 4'
-
-
-@pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  return input_helpers.BuildCorpus(str(tmp_path_factory.mktemp('corpus')))
 
 
 @pytest.fixture(scope='module')
