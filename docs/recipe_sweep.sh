@@ -33,6 +33,22 @@ python -m lingvo_gshard.tools.trainer --model=M4TinyDenseDemo --data_dir=/tmp/de
 python -m lingvo_gshard.tools.evaluate --model=M4TinyDenseDemo --logdir=$R/s3_demo_dense --max_sentences=50 --examples=5
 python -m lingvo_gshard.tools.evaluate --split=dev --max_sentences=20 --model=M4TinyDenseDemo --logdir=$R/s3_demo_dense
 
+# --- session 4 (recipe at commit after 6c56809): probes of 160 steps, one after another, nothing alongside.
+P=/tmp/probe
+$T --model=M4TinyMoEDemo --logdir=$P/f32 --max_steps=160 --model_params_override="task.fprop_dtype=tf.float32,input.train.batch_rows=16"
+$T --model=M4TinyMoEDemo --logdir=$P/bf16 --max_steps=160 --model_params_override="task.fprop_dtype=tf.bfloat16,input.train.batch_rows=16"
+$T --model=M4TinyMoEDemo --logdir=$P/b32 --max_steps=160 --model_params_override="task.fprop_dtype=tf.bfloat16,input.train.batch_rows=32"
+$T --model=M4TinyMoEDemo --logdir=$P/b64 --max_steps=120 --model_params_override="task.fprop_dtype=tf.bfloat16,input.train.batch_rows=64"
+$T --model=M4TinyMoEDemo --logdir=$P/jit --max_steps=160 --jit --model_params_override="task.fprop_dtype=tf.bfloat16,input.train.batch_rows=16"
+$T --model=M4TinyMoE --logdir=$P/d01 --max_steps=160 --model_params_override="task.fprop_dtype=tf.bfloat16,input.train.batch_rows=32,task.encoder.layer_tpl.atten_dropout_prob=0.1,task.decoder.layer_tpl.atten_dropout_prob=0.1,task.encoder.layer_tpl.ffn_tpl.relu_dropout_prob=0.1,task.decoder.layer_tpl.ffn_tpl.relu_dropout_prob=0.1"
+$T --model=M4TinyMoEDemo --logdir=$P/dres --max_steps=160 --model_params_override="task.fprop_dtype=tf.bfloat16,input.train.batch_rows=32,task.input_dropout_prob=0.1,task.encoder.layer_tpl.residual_dropout_prob=0.1,task.decoder.layer_tpl.residual_dropout_prob=0.1"
+# (the probes ran with the session-3 defaults, which the overrides above spell out as the session-4 ones now are)
+# s4: the new demo recipe (bfloat16 on this CPU, 32 rows), then its test-50 decode.
+$T --model=M4TinyMoEDemo --logdir=$R/s4_demo_moe
+python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --data_dir=$D --logdir=$R/s4_demo_moe --max_sentences=50 --examples=5
+# s4_moe_2h: the 2-hour recipe (8,500 steps), started right after.
+$T --model=M4TinyMoE --logdir=$R/s4_moe_2h
+
 # Next (not run yet): the 2-hour recipe of both models, one after the other, then every kept checkpoint scored.
 # python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=$D --logdir=$R/moe_2h
 # python -m lingvo_gshard.tools.trainer --model=M4TinyDense --data_dir=$D --logdir=$R/dense_2h

@@ -50,10 +50,10 @@ class Ours:
 
   def __init__(self, root, beam_size: int, length: int, seed: int = 1):
     """`root`: experiment params (experiment.ExperimentParams, overrides applied)."""
-    self.params = root.task
+    self.params = root.task.Copy().Set(fprop_dtype=decoding.DECODE_FPROP_DTYPE)  # as the evaluator decodes
     partitioner = sharding.Partitioner('none')
     with sharding.use(partitioner):
-      self.model = root.task.Instantiate().InstantiateVariables(partitioner, seed)
+      self.model = self.params.Instantiate().InstantiateVariables(partitioner, seed)
     model = self.model
 
     @tf.function(jit_compile=True)

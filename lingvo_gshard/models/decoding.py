@@ -8,6 +8,11 @@ import tensorflow as tf
 
 _NEG_INF = -1e9
 
+# Activations of (XLA-compiled) decoding, whatever training used: the activation dtype is no part of the
+# weights, and XLA's CPU backend computes bfloat16 by converting to float32 and back, so bfloat16 beam search
+# was only slower there (docs/recipe.md).
+DECODE_FPROP_DTYPE = tf.float32
+
 
 def _Tile(x, k):
   """[B,...] -> [B*K,...] (each example repeated k times, adjacent)."""
