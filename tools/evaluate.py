@@ -93,10 +93,6 @@ def _Plot(rows, path, title):
   fig.savefig(path, dpi=150)
 
 
-def _Num(v, fmt='6.2f'):
-  return '' if v is None else format(v, fmt)
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -105,27 +101,17 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import test_sets  # pylint: disable=g-import-not-at-top
   log = lambda line: print(line, flush=True)
   registry.LoadAll()
   try:
     exp = registry.Get(_MODEL.value)
-    ev = evaluator.Evaluator(exp, _LOGDIR.value, _DATA_DIR.value, _BEAM.value, _ALPHA.value,
-                             _BATCH_TOKENS.value, _CHECKPOINT.value, log=log)
-    manifest = reader.LoadManifest(ev.data_dir)
-    if _TEST_DIR.value:
-      ts = test_sets.FromTsvDir(_TEST_DIR.value, list(manifest['languages']), _MAX_SENTENCES.value,
-                                _LANGUAGES.value)
-    else:
-      ts = test_sets.FromCorpus(ev.data_dir, _SPLIT.value, _LANGUAGES.value, _MAX_SENTENCES.value, log=log)
-    if ts.skipped:
-      log('skipped: ' + ', '.join(f'{k} {v}' for k, v in ts.skipped.items()))
-    if not ts.pairs:
-      _Fail(f'nothing to decode in {ts.name}')
-    results = ev.Evaluate(ts, examples=_EXAMPLES.value)
+    results, ev, ts, manifest = decode_job.Decode(
+        exp, _LOGDIR.value, _DATA_DIR.value, _SPLIT.value, _TEST_DIR.value, _LANGUAGES.value,
+        _MAX_SENTENCES.value, _BEAM.value, _ALPHA.value, _BATCH_TOKENS.value, _CHECKPOINT.value,
+        _EXAMPLES.value, log=log)
   except (registry.RegistryError, report.DataError, hyperparams.ParamsError, FileNotFoundError,
           ValueError) as e:
     _Fail(str(e))
@@ -137,24 +123,17 @@ def main(argv):
         baselines[lang] = found
     print(f'{len(baselines)} of {len(results["languages"])} languages have a bilingual result')
   rows = evaluator.CompareToBaselines(results, baselines, manifest)
-  print(f'{"lang":<12} {"bucket":<7} {"train":>7} {"BLEU":>6} {"chrF":>6} {"bilingual":>9} {"delta":>6}')
-  for r in rows:
-    print(f'{r["lang"]:<12} {r["bucket"]:<7} {r["train"]:>7} {r["bleu"]:6.2f} {_Num(r["chrf"])} '
-          f'{_Num(r["baseline"], "9.2f") or " " * 9} {_Num(r["delta"], "+6.2f")}')
-  print(f'{"average":<16} {"BLEU":>6} {"chrF":>6} languages')
-  for name, avg in results['averages'].items():
-    print(f'{name:<16} {avg["bleu"]:6.2f} {avg["chrf"]:6.2f} {avg["languages"]:>9}')
-  for ex in results.get('examples', []):
-    print(f'[{ex["lang"]}] source:     {ex["source"]}\n{"":>{len(ex["lang"]) + 3}}reference:  '
-          f'{ex["reference"]}\n{"":>{len(ex["lang"]) + 3}}hypothesis: {ex["hypothesis"]}')
-  print(f'{results["checkpoint"]}: {results["sentences_per_second"]:.1f} sentences/s '
-        f'({results["decode_seconds"]:.0f}s)')
-  print(f'BLEU signature: {results["bleu_signature"]}\nchrF signature: {results["chrf_signature"]}')
+  print('\n'.join(decode_job.FormatResults(results, rows)))
   print(f'wrote {ev.ResultDir(ts.name)}/results.json')
   if _PLOT.value:
     _Plot(rows, _PLOT.value, f'{_MODEL.value} vs bilingual ({ts.name})')
     print(f'wrote {_PLOT.value}')
 
 
-if __name__ == '__main__':
+def run():
+  """The console script's entry point."""
   app.run(main)
+
+
+if __name__ == '__main__':
+  run()

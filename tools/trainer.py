@@ -1,14 +1,22 @@
-r"""Trains a registered experiment by name.
+r"""Trains, evaluates and decodes a registered experiment by name (Lingvo's trainer binary).
 
   python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --logdir=/tmp/m4tiny_moe
+  python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --logdir=/tmp/m4tiny_moe --mode=eval    # evaler
+  python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --logdir=/tmp/m4tiny_moe --mode=decode  # BLEU
   python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --backend=dtensor --mesh=data:2,expert:4 ...
   python -m lingvo_gshard.tools.trainer --model=Bilingual_de --max_steps=2000 \
       --model_params_override='task.encoder.num_layers : 2; learner.optimizer.learning_rate : 2.0'
 
 Backends: none (one device: whole steps XLA-compiled with a GPU, TF graphs with XLA islands on a CPU; --jit),
 dtensor (a CPU/GPU mesh; 8 virtual CPU devices with --virtual_devices=8), xla (annotated for XLA SPMD; on
-Cloud TPU pass --tpu). A rerun resumes from the latest checkpoint in --logdir. Bad names, meshes or overrides
-exit 1 with one line.
+Cloud TPU pass --tpu). A rerun resumes from the latest readable checkpoint in --logdir, input position
+included. SIGTERM/SIGINT save a checkpoint of the current step, then exit 143/130. Bad names, meshes,
+overrides, data or checkpoints exit 1 with one line.
+
+Modes: train (training only), train_and_eval (the default: dev loss every eval_interval steps in the same
+process), eval (watch --logdir and write the dev loss of each new checkpoint, overall and per language, until
+the final step's), decode (beam search over every language's test split for the latest or --checkpoint, BLEU
+and chrF into --logdir/decode_test/; the same code path as tools/evaluate.py).
 """
 import sys
 
@@ -16,6 +24,13 @@ from absl import app
 from absl import flags
 
 _MODEL = flags.DEFINE_string('model', None, 'Registered experiment, e.g. M4TinyMoE.')
+_MODE = flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'train_and_eval', 'eval', 'decode'],
+                          'What to run (see the module docstring).')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', '', '--mode=decode: checkpoint to decode (default: latest).')
+_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, '--mode=decode: first N test sentences per language '
+                                      '(0 = all).')
+_EVAL_TIMEOUT = flags.DEFINE_float('eval_timeout', None, '--mode=eval: stop after this many seconds without a '
+                                   'new checkpoint (default: wait for the final step\'s).')
 _LOGDIR = flags.DEFINE_string('logdir', None, 'Where params, summaries and checkpoints go.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus (prepare_data); default: the experiment\'s.')
 _BACKEND = flags.DEFINE_enum('backend', 'none', ['none', 'dtensor', 'xla'], 'Sharding backend.')
@@ -34,9 +49,24 @@ _OVERRIDES = flags.DEFINE_string(
 flags.mark_flags_as_required(['model', 'logdir'])
 
 
+def _Fail(message, code=1):
+  print(f'trainer: {message}', file=sys.stderr)
+  sys.exit(code)
+
+
+def _Partitioner(exp, tf):
+  jit = _JIT.value
+  if jit is None:  # TF graphs + islands only on a CPU-only machine's none backend
+    jit = _BACKEND.value != 'none' or bool(tf.config.list_physical_devices('GPU'))
+  kwargs = {} if jit else {'jit': False}
+  return exp.Partitioner(_BACKEND.value, _MESH.value or None, **kwargs)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _MAX_SENTENCES.value < 0:
+    _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
   from absl import logging  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)  # TFDS logs a line per language slice it opens
@@ -47,35 +77,58 @@ def main(argv):
   from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  log = lambda line: print(line, flush=True)
+  errors = (registry.RegistryError, mesh_lib.MeshError, hyperparams.ParamsError, report.DataError, ValueError,
+            FileNotFoundError, trainer_lib.CheckpointMismatchError)
   registry.LoadAll()
   try:
     exp = registry.Get(_MODEL.value)
+    if _MODE.value in ('eval', 'decode'):
+      _RunEvalOrDecode(exp, tf, log)
+      return
     if _TPU.value is not None:
       from lingvo_gshard.core import tpu  # pylint: disable=g-import-not-at-top
       strategy, partitioner = tpu.CreateTPUStrategy(exp.Mesh(_MESH.value or None), exp.ShardingRules(),
                                                     _TPU.value)
       with strategy.scope():
         trainer = trainer_lib.Trainer(exp, partitioner, _LOGDIR.value, _DATA_DIR.value, _OVERRIDES.value,
-                                      _MAX_STEPS.value)
+                                      _MAX_STEPS.value, log=log)
     else:
-      jit = _JIT.value
-      if jit is None:  # TF graphs + islands only on a CPU-only machine's none backend
-        jit = _BACKEND.value != 'none' or bool(tf.config.list_physical_devices('GPU'))
-      kwargs = {} if jit else {'jit': False}
-      partitioner = exp.Partitioner(_BACKEND.value, _MESH.value or None, **kwargs)
-      trainer = trainer_lib.Trainer(exp, partitioner, _LOGDIR.value, _DATA_DIR.value, _OVERRIDES.value,
-                                    _MAX_STEPS.value)
-  except (registry.RegistryError, mesh_lib.MeshError, hyperparams.ParamsError, ValueError,
-          FileNotFoundError) as e:
-    print(f'trainer: {e}', file=sys.stderr)
-    sys.exit(1)
-  try:
-    trainer.Train()
-  except trainer_lib.CheckpointMismatchError as e:
-    print(f'trainer: {e}', file=sys.stderr)
-    sys.exit(1)
+      trainer = trainer_lib.Trainer(exp, _Partitioner(exp, tf), _LOGDIR.value, _DATA_DIR.value,
+                                    _OVERRIDES.value, _MAX_STEPS.value, log=log)
+    trainer.Train(evaluate=_MODE.value == 'train_and_eval')
+  except trainer_lib.Preempted as e:
+    _Fail(str(e), 128 + e.signum)
+  except FloatingPointError as e:
+    _Fail(str(e))
+  except errors as e:
+    _Fail(str(e))
+
+
+def _RunEvalOrDecode(exp, tf, log):
+  if _OVERRIDES.value or _MAX_STEPS.value is not None:
+    raise ValueError(f'--mode={_MODE.value} restores the run as it was trained (its params.txt); '
+                     '--model_params_override and --max_steps apply to training only')
+  if _MODE.value == 'eval':
+    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
+    evaler = dev_eval.DevEvaler(exp, _Partitioner(exp, tf), _LOGDIR.value, _DATA_DIR.value, log=log)
+    n = evaler.Watch(timeout=_EVAL_TIMEOUT.value)
+    log(f'evaluated {n} checkpoints; dev losses in {_LOGDIR.value}/{dev_eval.DEV_LOG}')
+    return
+  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
+  results, ev, ts, _ = decode_job.Decode(exp, _LOGDIR.value, _DATA_DIR.value, 'test',
+                                         max_sentences=_MAX_SENTENCES.value, checkpoint=_CHECKPOINT.value,
+                                         log=log)
+  log('\n'.join(decode_job.FormatResults(results)))
+  log(f'wrote {ev.ResultDir(ts.name)}/results.json')
+
+
+def run():
+  """The console script's entry point."""
+  app.run(main)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  run()

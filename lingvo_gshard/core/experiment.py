@@ -34,6 +34,8 @@ class Experiment:
     p = hyperparams.Params()
     p.Define('optimizer', optimizers.Adafactor.Params(), 'Optimizer params (learning rate and schedule).')
     p.Define('max_steps', 1000, 'Number of training steps.')
+    p.Define('on_nonfinite', 'stop', "A NaN/Inf loss or gradient: 'stop' (exit naming the step; the last "
+             "checkpoint stays as it was) or 'skip' (that step's update is not applied; skips are counted).")
     p.Define('seed', 1234, 'Seed of weight initialisation and of every random draw in training.')
     p.Define('log_interval', 10, 'Steps between log lines and training summaries.')
     p.Define('eval_interval', 500, 'Steps between dev evaluations (0 = never).')
@@ -102,6 +104,8 @@ def ExperimentParams(exp: Experiment, data_dir: str = '') -> hyperparams.Params:
 def ResolveLearner(learner: hyperparams.Params) -> hyperparams.Params:
   """Fills what the learner's params leave to the run: a decaying schedule's total_steps = 0 becomes
   max_steps (so --max_steps moves the end of the schedule with it). Returns `learner`."""
+  if 'on_nonfinite' in learner and learner.on_nonfinite not in ('stop', 'skip'):
+    raise hyperparams.ParamsError(f"learner.on_nonfinite is {learner.on_nonfinite!r}; expected 'stop' or 'skip'")
   opt = learner.optimizer
   if 'total_steps' in opt and not opt.total_steps:
     if opt.schedule != 'rsqrt' and learner.max_steps <= opt.warmup_steps:

@@ -20,9 +20,10 @@ class Learner:
   """Builds `task` and `optimizer` params under `partitioner`; `TrainStep(batch)` returns metrics."""
 
   def __init__(self, task: hyperparams.InstantiableParams, optimizer: hyperparams.InstantiableParams,
-               partitioner: sharding.Partitioner, seed: int = 1234):
+               partitioner: sharding.Partitioner, seed: int = 1234, skip_nonfinite: bool = False):
     self.partitioner = partitioner
     self.seed = seed
+    self.skip_nonfinite = skip_nonfinite
     with sharding.use(partitioner):
       self.model = task.Instantiate().InstantiateVariables(partitioner, seed)
       named = [(path, var, spec) for path, var, spec in self.model.IterVariablesWithSpecs() if spec.trainable]
@@ -48,7 +49,15 @@ class Learner:
       grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, self.trainable)]
       metrics = {k: v for k, v in metrics.items() if v.shape.rank == 0}
       metrics['grad_norm'] = tf.linalg.global_norm(grads)
-      metrics['learning_rate'] = self.optimizer.Apply(grads, step)
+      # Checked in the step, every step: the caller stops before saving (or the update is skipped), so a NaN
+      # never reaches a checkpoint.
+      finite = tf.math.is_finite(loss) & tf.math.is_finite(metrics['grad_norm'])
+      metrics['finite'] = tf.cast(finite, tf.float32)
+      if self.skip_nonfinite:
+        metrics['learning_rate'] = tf.cond(finite, lambda: self.optimizer.Apply(grads, step),
+                                           lambda: self.optimizer.LearningRate(step))
+      else:
+        metrics['learning_rate'] = self.optimizer.Apply(grads, step)
       return metrics
 
   def _EvalStep(self, batch):

@@ -102,8 +102,7 @@ class Optimizer:
     grads = [tf.cast(g, tf.float32) for g in grads]
     if self.p.clip_gradient_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.p.clip_gradient_norm)
-    p = self.p
-    lr = Schedule(step, p.schedule, p.learning_rate, p.warmup_steps, p.total_steps, p.final_fraction)
+    lr = self.LearningRate(step)
     values = [var.read_value() for _, var in self.variables]
     slots = [{k: s.read_value() for k, s in self.slots[path].items()} for path, _ in self.variables]
     step = tf.cast(step, tf.float32)
@@ -115,6 +114,10 @@ class Optimizer:
         self.slots[path][name].assign(value)
       var.assign_sub(tf.cast(update, var.dtype))
     return lr
+
+  def LearningRate(self, step) -> tf.Tensor:
+    p = self.p
+    return Schedule(step, p.schedule, p.learning_rate, p.warmup_steps, p.total_steps, p.final_fraction)
 
   def Update(self, value, grad, slots, lr, step) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
     """(weight value, float32 gradient, {slot: value}, lr, float32 step) -> (float32 amount to subtract from

@@ -310,6 +310,7 @@ _GATING_FNS = {
     'top1': top1_gating,
     'expert_choice': expert_choice_gating,
 }
+GATINGS = tuple(_GATING_FNS)
 
 
 def gating(name, logits, **kwargs):

@@ -52,6 +52,8 @@ class MoELayer(base_layer.BaseLayer):
     p = self.p
     if p.activation not in basic.ACTIVATIONS:
       raise ValueError(f'{self.path}: activation {p.activation!r} is not one of {sorted(basic.ACTIVATIONS)}')
+    if p.gating not in gating_lib.GATINGS:
+      raise ValueError(f'{self.path}: gating {p.gating!r} is not one of {sorted(gating_lib.GATINGS)}')
     if p.second_expert_policy not in gating_lib.SECOND_EXPERT_POLICIES:
       raise ValueError(f'{self.path}: second_expert_policy {p.second_expert_policy!r} is not one of '
                        f'{gating_lib.SECOND_EXPERT_POLICIES}')

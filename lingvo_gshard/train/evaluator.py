@@ -95,6 +95,7 @@ class Evaluator:
     self.data_dir = inp.data_dir
     self.src_vocab, self.tgt_vocab = inp.Instantiate(log=lambda line: None).Vocabularies()
     self.partitioner = sharding.Partitioner('none')
+    self.params.task.fprop_dtype = decoding.DECODE_FPROP_DTYPE
     self.model, self.checkpoint = RestoreModel(self.params, logdir, self.partitioner, checkpoint)
     self.beam_size, self.length_alpha = beam_size, length_alpha
     self.batch_tokens = batch_tokens

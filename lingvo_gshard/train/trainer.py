@@ -9,6 +9,8 @@ What a run writes to its log directory (Lingvo/Praxis habits):
 """
 import json
 import os
+import re
+import signal
 import time
 from typing import Callable, Dict, Optional
 
@@ -41,6 +43,14 @@ class CheckpointMismatchError(ValueError):
   """A checkpoint's weights are not the model's (another architecture or experiment)."""
 
 
+class _Unreadable(CheckpointMismatchError):
+  """A checkpoint's files are truncated or corrupt (as opposed to holding another model)."""
+
+
+def _Brief(e: Exception) -> str:
+  return f'{type(e).__name__}: {(str(e).splitlines() or [""])[0][:200]}'
+
+
 def _CheckpointName(key: str) -> str:
   # How tf.train.Checkpoint names a variable it tracks under `key` (TF escapes '/' as '.S').
   return key.replace('.', '..').replace('/', '.S') + '/.ATTRIBUTES/VARIABLE_VALUE'
@@ -51,9 +61,8 @@ def CheckCheckpoint(path: str, objects: Dict[str, tf.Variable]):
   `objects` is in the checkpoint with its shape and the checkpoint has no model weight (`w/`) beyond them."""
   try:
     stored = dict(tf.train.list_variables(path))
-  except (tf.errors.OpError, ValueError) as e:
-    raise CheckpointMismatchError(f'{path}: unreadable checkpoint ({type(e).__name__}: '
-                                  f'{str(e).splitlines()[0][:200]})') from None
+  except (tf.errors.OpError, ValueError, IndexError) as e:
+    raise _Unreadable(f'{path}: unreadable checkpoint ({_Brief(e)})') from None
   wanted = {_CheckpointName(k): (k, v) for k, v in objects.items()}
   for name, (key, var) in wanted.items():
     if name not in stored:
@@ -68,6 +77,70 @@ def CheckCheckpoint(path: str, objects: Dict[str, tf.Variable]):
     key = extra[0][:-len('/.ATTRIBUTES/VARIABLE_VALUE')].replace('.S', '/').replace('..', '.')
     raise CheckpointMismatchError(f'{path} does not match the model: it has {len(extra)} weights the model '
                                   f'lacks, e.g. {key} {list(stored[extra[0]])} (trained with other params?)')
+
+
+class Preempted(Exception):
+  """SIGTERM or SIGINT arrived during training; a checkpoint of the current step was written."""
+
+  def __init__(self, signum: int, path: str):
+    super().__init__(f'{signal.Signals(signum).name}: saved {path}')
+    self.signum, self.path = signum, path
+
+
+def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print):
+  """Checkpoints of `logdir`, newest first: those the state file lists and every ckpt-N.index present.
+
+  The files themselves are the ground truth: a state file that is garbage (or lists fewer than exist) must not
+  make a rerun start again from step 0 and orphan the real checkpoints. An unreadable state file is moved
+  aside (`checkpoint.unreadable`) and rewritten from the files, so the checkpoint manager keeps them.
+  """
+  if not os.path.isdir(logdir):
+    return []
+  found = {}
+  for name in os.listdir(logdir):
+    m = re.fullmatch(r'ckpt-(\d+)\.index', name)
+    if m:
+      found[int(m.group(1))] = os.path.join(logdir, name[:-len('.index')])
+  state_path = os.path.join(logdir, 'checkpoint')
+  if os.path.exists(state_path):
+    try:
+      state = tf.train.get_checkpoint_state(logdir)  # None when it does not parse (TF logs a warning)
+    except Exception:  # pylint: disable=broad-except  (text_format's ParseError, by TF version)
+      state = None
+    if state is None and found:
+      log(f'{state_path}: unreadable checkpoint state; using the {len(found)} checkpoint files found (the '
+          'old state file is kept as checkpoint.unreadable)')
+      os.replace(state_path, state_path + '.unreadable')
+      paths = [found[k] for k in sorted(found)]
+      tf.compat.v1.train.update_checkpoint_state(logdir, paths[-1], paths)
+  return [found[k] for k in sorted(found, reverse=True)]
+
+
+class _SignalsSaved:
+  """Within it, SIGTERM and SIGINT are recorded instead of killing the process (the loop then saves a
+  checkpoint and stops); outside the main thread (where handlers cannot be set) it changes nothing."""
+
+  def __init__(self):
+    self.received, self._old = 0, {}
+
+  def _Handle(self, signum, frame):  # pylint: disable=unused-argument
+    if self.received:  # a second signal: the user insists
+      signal.signal(signum, self._old.get(signum, signal.SIG_DFL))
+      os.kill(os.getpid(), signum)
+    self.received = signum
+
+  def __enter__(self):
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._old[signum] = signal.signal(signum, self._Handle)
+      except ValueError:  # not the main thread
+        pass
+    return self
+
+  def __exit__(self, *exc):
+    for signum, old in self._old.items():
+      signal.signal(signum, old)
+    return False
 
 
 class Trainer:
@@ -87,14 +160,31 @@ class Trainer:
     self.inputs = {s: self.params.input.Get(s) if s in self.params.input else None for s in ('train', 'dev')}
     if self.inputs['train'] is None:
       raise ValueError(f'{type(experiment).__name__} has no Train() input; it can be analysed, not trained')
-    self._CheckMemory()
-    os.makedirs(logdir, exist_ok=True)
-    self._WriteParams()
-    self.learner = learner_lib.Learner(self.task, self.learner_p.optimizer, partitioner, self.learner_p.seed)
-    with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
-      f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
+    self._CheckMemory()  # builds the layers: bad layer params fail here, before any data or file is touched
+    from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
+    reader.LoadManifest(self.inputs['train'].data_dir)  # a missing or empty corpus: DataError, one line
+    try:
+      os.makedirs(logdir, exist_ok=True)
+    except OSError as e:
+      raise ValueError(f'--logdir {logdir}: cannot create it ({e.strerror})') from None
+    if not os.access(logdir, os.W_OK):
+      raise ValueError(f'--logdir {logdir}: not writable')
+    self.learner = learner_lib.Learner(self.task, self.learner_p.optimizer, partitioner, self.learner_p.seed,
+                                       skip_nonfinite=self.learner_p.on_nonfinite == 'skip')
     self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step,
                                           **CheckpointObjects(self.learner.model, self.learner.optimizer))
+    self.candidates = CheckpointCandidates(logdir, log)  # before the manager reads the state file
+    # Another model's checkpoints are refused before anything in the log directory is rewritten.
+    objects = CheckpointObjects(self.learner.model, self.learner.optimizer)
+    for path in self.candidates:
+      try:
+        CheckCheckpoint(path, objects)
+        break
+      except _Unreadable:
+        continue  # Restore reports it and falls back
+    self._WriteParams()
+    with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
+      f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
     lp = self.learner_p
     self.manager = tf.train.CheckpointManager(
         self.checkpoint, logdir, max_to_keep=lp.keep_checkpoints,
@@ -106,7 +196,8 @@ class Trainer:
     """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device."""
     from lingvo_gshard.models import analysis  # pylint: disable=g-import-not-at-top
     model = self.task.Instantiate()  # declares weights only
-    a = analysis.Analyze(type(self.exp).__name__, model, self.partitioner, tokens_per_step=1, seq_len=1)
+    a = analysis.Analyze(type(self.exp).__name__, model, self.partitioner, tokens_per_step=1, seq_len=1,
+                         optimizer=self.learner_p.optimizer)
     need = a.bytes_per_device * 2 + a.optimizer_bytes_per_device  # weights, their gradients, slots
     have = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     if need > have:
@@ -126,25 +217,47 @@ class Trainer:
     return int(self.partitioner.Fetch(self.learner.global_step))
 
   def Restore(self) -> int:
-    """Restores the latest checkpoint (weights, optimizer state, step, and the training input's position once
-    Train has attached its iterator); returns the step."""
-    path = self.manager.latest_checkpoint
-    if path:
-      CheckCheckpoint(path, CheckpointObjects(self.learner.model, self.learner.optimizer))
+    """Restores the newest readable checkpoint (weights, optimizer state, step, and the training input's
+    position once Train has attached its iterator); returns the step.
+
+    A truncated or corrupt checkpoint is reported in one line and the previous one is used; if none of the
+    checkpoints present can be read, CheckpointMismatchError (never a silent restart from step 0). A readable
+    checkpoint of another model is CheckpointMismatchError at once.
+    """
+    objects = CheckpointObjects(self.learner.model, self.learner.optimizer)
+    for i, path in enumerate(self.candidates):
       try:
-        self.checkpoint.restore(path)
-      except (tf.errors.OpError, ValueError) as e:
-        if getattr(self.checkpoint, 'input', None) is None:
-          raise CheckpointMismatchError(f'{path}: cannot restore ({type(e).__name__}: '
-                                        f'{str(e).splitlines()[0][:200]})') from None
-        # The input changed since (its params or the corpus): weights and step still restore, the input
-        # starts again from its first batch.
-        self.log(f'{path}: the input position does not restore into this input ({type(e).__name__}); '
-                 'the input restarts from its first batch')
-        tf.train.Checkpoint(step=self.learner.global_step, **CheckpointObjects(
-            self.learner.model, self.learner.optimizer)).restore(path).expect_partial()
+        CheckCheckpoint(path, objects)
+        self._RestoreFrom(path)
+      except _Unreadable as e:
+        self.log(f'{e}; ' + ('trying the previous checkpoint' if i + 1 < len(
+            self.candidates) else 'no older checkpoint'))
+        continue
       self.log(f'restored {path} at step {self.Step()}')
+      return self.Step()
+    if self.candidates:
+      raise CheckpointMismatchError(f'{self.logdir}: none of its {len(self.candidates)} checkpoints can be '
+                                    'read; refusing to start again from step 0 (move them away to do that)')
     return self.Step()
+
+  def _RestoreFrom(self, path: str):
+    try:
+      self.checkpoint.restore(path)
+      return
+    except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
+      raise _Unreadable(f'{path}: unreadable checkpoint ({_Brief(e)})') from None
+    except (tf.errors.OpError, ValueError) as e:
+      if getattr(self.checkpoint, 'input', None) is None:
+        raise CheckpointMismatchError(f'{path}: cannot restore ({_Brief(e)})') from None
+      # The input changed since (its params or the corpus): weights and step still restore, the input
+      # starts again from its first batch.
+      self.log(f'{path}: the input position does not restore into this input ({type(e).__name__}); '
+               'the input restarts from its first batch')
+    try:
+      tf.train.Checkpoint(step=self.learner.global_step, **CheckpointObjects(
+          self.learner.model, self.learner.optimizer)).restore(path).expect_partial()
+    except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
+      raise _Unreadable(f'{path}: unreadable checkpoint ({_Brief(e)})') from None
 
   def _Summaries(self, split, metrics, step):
     with self.writers[split].as_default():
@@ -154,42 +267,41 @@ class Trainer:
 
   def Evaluate(self) -> Optional[Dict[str, float]]:
     """Mean dev metrics over `eval_batches` batches (token-weighted), or None without a Dev() input."""
+    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     p = self.inputs.get('dev')
-    if p is None:
-      return None
-    totals, tokens = {}, 0.0
-    for i, batch in enumerate(p.Instantiate(log=lambda line: None).Dataset()):
-      if i >= self.learner_p.eval_batches:
-        break
-      batch = {k: v.numpy() for k, v in batch.items()}
-      m = {k: float(self.partitioner.Fetch(v)) for k, v in self.learner.EvalStep(batch).items()}
-      n = m['num_tokens']
-      tokens += n
-      for k, v in m.items():
-        totals[k] = totals.get(k, 0.0) + v * n
-    if not tokens:
-      return None
-    return {k: v / tokens for k, v in totals.items()}
+    return None if p is None else dev_eval.DevMetrics(self.learner, p, self.learner_p.eval_batches)
 
-  def Train(self) -> Dict[str, float]:
-    """Runs to `max_steps` (resuming), returns the last training metrics."""
+  def Train(self, evaluate: bool = True) -> Dict[str, float]:
+    """Runs to `max_steps` (resuming), with dev evaluations every `eval_interval` steps if `evaluate`;
+    returns the last training metrics. SIGTERM/SIGINT end the current step, save it and raise Preempted."""
     lp = self.learner_p
-    latest = self.manager.latest_checkpoint
     # The checkpoint's step, read alone: the whole checkpoint is restored once, after the input exists.
-    saved = int(tf.train.load_variable(latest, 'step/.ATTRIBUTES/VARIABLE_VALUE')) if latest else self.Step()
+    saved = self.Step()
+    for path in self.candidates:
+      try:
+        saved = int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
+        break
+      except (tf.errors.OpError, ValueError, IndexError):
+        continue  # Restore reports it
     if saved >= lp.max_steps:
-      self.Restore()
-      self.log(f'already at step {saved} >= max_steps {lp.max_steps}')
-      return {}
+      saved = self.Restore()  # the newest readable one: it may be older than the newest file
+      if saved >= lp.max_steps:
+        self.log(f'already at step {saved} >= max_steps {lp.max_steps}')
+        return {}
     self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
     data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
     # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
     # have read (position, shuffle buffers and mixture state), so its losses are the same step for step.
     self.checkpoint.input = data
     step = self.Restore()
+    with _SignalsSaved() as signals:
+      return self._Loop(data, step, signals, evaluate)
+
+  def _Loop(self, data, step, signals, evaluate):
+    lp = self.learner_p
     last, window_tokens, window_start = {}, 0.0, time.time()
     began = start = window_start
-    start_step, input_seconds = step, None
+    start_step, input_seconds, saved_step, skipped = step, None, step, 0
     while step < lp.max_steps:
       batch = {k: v.numpy() for k, v in next(data).items()}
       first = input_seconds is None
@@ -197,8 +309,15 @@ class Trainer:
         input_seconds = time.time() - start
       metrics = self.learner.TrainStep(batch)
       step += 1
+      if not float(self.partitioner.Fetch(metrics['finite'])):
+        if lp.on_nonfinite == 'stop':
+          raise FloatingPointError(
+              f'step {step}: loss {float(self.partitioner.Fetch(metrics["loss"]))}, gradient norm '
+              f'{float(self.partitioner.Fetch(metrics["grad_norm"]))}; stopped before saving (last checkpoint: '
+              f'step {saved_step}); learner.on_nonfinite : skip would skip such steps')
+        skipped += 1
+        self.log(f'step {step}: non-finite loss or gradient, update skipped ({skipped} so far)')
       if first:
-        self.partitioner.Fetch(metrics['loss'])
         self.log(f'first batch after {input_seconds:.0f}s, first step (compiling it) '
                  f'{time.time() - start - input_seconds:.0f}s; training to step {lp.max_steps}')
         # Rates and the ETA count from here: neither start-up cost recurs.
@@ -209,6 +328,7 @@ class Trainer:
         last = {k: float(self.partitioner.Fetch(v)) for k, v in metrics.items()}
         elapsed = time.time() - window_start
         last['target_tokens_per_sec'] = window_tokens / max(elapsed, 1e-9)
+        last['skipped_steps'] = float(skipped)
         self._Summaries('train', last, step)
         now = time.time()
         eta = (now - start) / max(step - start_step, 1) * (lp.max_steps - step)
@@ -216,14 +336,17 @@ class Trainer:
                  f'aux {last["aux_loss"]:.3f} lr {last["learning_rate"]:.2e} '
                  f'{last["target_tokens_per_sec"]:.0f} tgt tok/s  elapsed {_Clock(now - began)} '
                  f'eta {_Clock(eta)}')
-        if not np.isfinite(last['loss']):
-          raise FloatingPointError(f'loss is {last["loss"]} at step {step}; last checkpoint kept')
         window_tokens, window_start = 0.0, time.time()
-      if lp.eval_interval and step % lp.eval_interval == 0:
+      if evaluate and lp.eval_interval and step % lp.eval_interval == 0:
         self._RunEval(step)
       if step % lp.save_interval == 0 or step == lp.max_steps:
         self._Save(step, time.time() - began)
-    if lp.eval_interval and step % lp.eval_interval:
+        saved_step = step
+      if signals.received:
+        if saved_step != step:
+          self._Save(step, time.time() - began)
+        raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
+    if evaluate and lp.eval_interval and step % lp.eval_interval:
       self._RunEval(step)
     return last
 

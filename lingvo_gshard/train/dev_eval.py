@@ -1,0 +1,103 @@
+"""The evaler job (Lingvo's `--mode=eval`): dev loss of every checkpoint a training job writes.
+
+It watches the log directory (`tf.train.checkpoints_iterator`), restores each new checkpoint into a model
+built from the run's params.txt, writes the dev loss — overall and per language — to `LOGDIR/dev/` for
+TensorBoard and to `LOGDIR/dev_eval.jsonl`, and stops after the checkpoint of the run's last step.
+"""
+import json
+import os
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+
+from lingvo_gshard.core import experiment as experiment_lib
+from lingvo_gshard.core import learner as learner_lib
+from lingvo_gshard.core import sharding
+
+DEV_LOG = 'dev_eval.jsonl'
+
+
+def DevMetrics(learner: learner_lib.Learner, input_params, max_batches: int) -> Optional[Dict[str, float]]:
+  """Token-weighted mean of the eval metrics over the first `max_batches` batches of `input_params`."""
+  totals, tokens = {}, 0.0
+  for i, batch in enumerate(input_params.Instantiate(log=lambda line: None).Dataset()):
+    if i >= max_batches:
+      break
+    batch = {k: v.numpy() for k, v in batch.items()}
+    m = {k: float(learner.Fetch(v)) for k, v in learner.EvalStep(batch).items()}
+    n = m['num_tokens']
+    tokens += n
+    for k, v in m.items():
+      totals[k] = totals.get(k, 0.0) + v * n
+  if not tokens:
+    return None
+  return {k: v / tokens for k, v in totals.items()}
+
+
+class DevEvaler:
+  """Dev loss of the checkpoints of the run in `logdir` (as it was trained: its params.txt)."""
+
+  def __init__(self, exp: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
+               data_dir: str = '', per_language_batches: int = 1, log: Callable[[str], None] = print):
+    if not os.path.exists(os.path.join(logdir, experiment_lib.PARAMS_FILE)):
+      raise FileNotFoundError(f'{logdir}: no {experiment_lib.PARAMS_FILE} (train it first: --mode=train)')
+    self.logdir, self.log, self.per_language_batches = logdir, log, per_language_batches
+    self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
+    if 'dev' not in self.params.input:
+      raise ValueError(f'{type(exp).__name__} has no Dev() input to evaluate')
+    self.dev = self.params.input.dev
+    lp = self.params.learner
+    self.max_steps, self.eval_batches = lp.max_steps, lp.eval_batches
+    self.learner = learner_lib.Learner(self.params.task, lp.optimizer, partitioner, lp.seed)
+    from lingvo_gshard.train import trainer  # pylint: disable=g-import-not-at-top
+    self._trainer = trainer
+    self.objects = trainer.CheckpointObjects(self.learner.model)
+    self.writer = tf.summary.create_file_writer(os.path.join(logdir, 'dev'))
+    self.languages = self.dev.Instantiate(log=lambda line: None).languages if per_language_batches else []
+
+  def EvalCheckpoint(self, path: str) -> Dict[str, float]:
+    """Restores `path`, returns {metric: value, 'xent/<lang>': ...} and writes them for step N."""
+    self._trainer.CheckCheckpoint(path, self.objects)
+    tf.train.Checkpoint(**self.objects).restore(path).expect_partial()
+    step = int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
+    out = DevMetrics(self.learner, self.dev, self.eval_batches) or {}
+    for lang in self.languages:
+      m = DevMetrics(self.learner, self.dev.Copy().Set(languages=[lang]), self.per_language_batches)
+      if m:
+        out[f'xent/{lang}'] = m['xent']
+    with self.writer.as_default():
+      for k, v in out.items():
+        tf.summary.scalar(k, v, step=step)
+    self.writer.flush()
+    with open(os.path.join(self.logdir, DEV_LOG), 'a') as f:
+      f.write(json.dumps({'step': step, 'checkpoint': os.path.basename(path),
+                          **{k: round(v, 5) for k, v in out.items()}}) + '\n')
+    if 'loss' in out:
+      self.log(f'{os.path.basename(path)} (step {step}): dev loss {out["loss"]:.4f} xent {out["xent"]:.4f}'
+               + (f', {len(self.languages)} languages' if self.languages else ''))
+    return out
+
+  def Done(self) -> set:
+    path = os.path.join(self.logdir, DEV_LOG)
+    if not os.path.exists(path):
+      return set()
+    with open(path) as f:
+      return {json.loads(line)['checkpoint'] for line in f if line.strip()}
+
+  def Watch(self, timeout: Optional[float] = None) -> int:
+    """Evaluates every checkpoint not evaluated yet, then each new one as it appears, until the one at
+    max_steps (or `timeout` seconds without a new one); returns how many were evaluated."""
+    done, count = self.Done(), 0
+    for path in reversed(self._trainer.CheckpointCandidates(self.logdir, self.log)):  # those there already
+      if os.path.basename(path) not in done:
+        self.EvalCheckpoint(path)
+        done.add(os.path.basename(path))
+        count += 1
+    for path in tf.train.checkpoints_iterator(self.logdir, min_interval_secs=1, timeout=timeout):
+      if os.path.basename(path) not in done:
+        self.EvalCheckpoint(path)
+        done.add(os.path.basename(path))
+        count += 1
+      if int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE')) >= self.max_steps:
+        break
+    return count

@@ -1,0 +1,179 @@
+"""The trainer under faults: SIGTERM mid-run, a truncated or garbage checkpoint, NaN losses; the evaler job.
+
+Each fault is checked against an uninterrupted run of the same experiment: after the fault and a restart the
+losses are the same step for step, and no checkpoint is lost or silently replaced by a fresh start.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingvo_gshard.core import learner as learner_lib
+from lingvo_gshard.core import sharding
+from lingvo_gshard.train import dev_eval
+from lingvo_gshard.train import trainer as trainer_lib
+import trainer_test
+from trainer_test import data_dir  # pylint: disable=unused-import  (the corpus fixture)
+
+
+class _Exp(trainer_test._SmallMoE):  # pylint: disable=protected-access
+  def Learner(self):
+    p = super().Learner()
+    p.Set(max_steps=6, log_interval=1, eval_interval=3, eval_batches=2, save_interval=3, keep_checkpoints=5)
+    p.optimizer.Set(schedule='cosine', total_steps=6)
+    return p
+
+
+def _Train(data_dir, logdir, lines, max_steps=None, exp=None):
+  t = trainer_lib.Trainer(exp or _Exp(data_dir), sharding.Partitioner('none'), str(logdir),
+                          max_steps=max_steps, log=lines.append)
+  t.Train()
+  return t
+
+
+@pytest.fixture(scope='module')
+def whole(data_dir, tmp_path_factory):
+  """An uninterrupted 6-step run: (logdir, log lines)."""
+  logdir, lines = tmp_path_factory.mktemp('whole'), []
+  _Train(data_dir, logdir, lines)
+  return logdir, lines
+
+
+def _AssertSameLosses(got_lines, want_lines, steps):
+  got, want = trainer_test._Losses(got_lines), trainer_test._Losses(want_lines)  # pylint: disable=protected-access
+  for step in steps:
+    assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got, want)
+
+
+def test_sigterm_saves_the_current_step_and_the_rerun_continues_it(data_dir, whole, tmp_path):
+  lines = []
+
+  def Log(line):
+    lines.append(line)
+    if line.startswith('step      4/'):
+      os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-run, between steps 4 and 5
+
+  t = trainer_lib.Trainer(_Exp(data_dir), sharding.Partitioner('none'), str(tmp_path), log=Log)
+  with pytest.raises(trainer_lib.Preempted, match='SIGTERM: saved .*ckpt-4') as e:
+    t.Train()
+  assert e.value.signum == signal.SIGTERM
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler removed again
+  assert os.path.exists(tmp_path / 'ckpt-4.index')
+  _Train(data_dir, tmp_path, lines)
+  assert any('restored' in l and 'ckpt-4' in l for l in lines)
+  _AssertSameLosses(lines, whole[1], range(1, 7))
+
+
+def _Truncate(prefix):
+  data = [f for f in os.listdir(os.path.dirname(prefix)) if f.startswith(os.path.basename(prefix) + '.data')]
+  path = os.path.join(os.path.dirname(prefix), data[0])
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) // 2)
+
+
+def _Copy(run, tmp_path):
+  """A copy of the uninterrupted run's log directory (ckpt-3 and ckpt-6), to damage."""
+  logdir = tmp_path / 'run'
+  shutil.copytree(run, logdir)
+  return logdir
+
+
+def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(data_dir, whole, tmp_path):
+  logdir = _Copy(whole[0], tmp_path)
+  _Truncate(str(logdir / 'ckpt-6'))
+  lines = []
+  t = _Train(data_dir, logdir, lines, max_steps=6)
+  assert any('ckpt-6: unreadable checkpoint' in l and 'trying the previous' in l for l in lines), lines
+  assert any('restored' in l and 'ckpt-3' in l for l in lines)
+  assert t.Step() == 6
+  _AssertSameLosses(lines, whole[1], range(4, 7))  # steps 4-6 trained again from ckpt-3's input position
+
+
+def test_a_garbage_state_file_keeps_the_checkpoints(data_dir, whole, tmp_path):
+  logdir = _Copy(whole[0], tmp_path)
+  (logdir / 'checkpoint').write_text('garbage {{{\n')
+  lines = []
+  t = _Train(data_dir, logdir, lines, max_steps=6)
+  assert any('unreadable checkpoint state' in l for l in lines), lines
+  assert any('already at step 6' in l for l in lines) and t.Step() == 6  # not a fresh start from step 0
+  assert tf.train.latest_checkpoint(str(logdir)).endswith('ckpt-6')
+  assert (logdir / 'checkpoint.unreadable').exists() and (logdir / 'ckpt-3.index').exists()
+
+
+def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(data_dir, whole, tmp_path):
+  logdir = _Copy(whole[0], tmp_path)
+  _Truncate(str(logdir / 'ckpt-3'))
+  _Truncate(str(logdir / 'ckpt-6'))
+  with pytest.raises(trainer_lib.CheckpointMismatchError, match='none of its 2 checkpoints can be read'):
+    _Train(data_dir, logdir, [], max_steps=6)
+  assert (logdir / 'ckpt-6.index').exists()
+
+
+def test_another_models_checkpoint_is_refused_before_params_are_rewritten(data_dir, whole, tmp_path):
+  logdir = _Copy(whole[0], tmp_path)
+  before = (logdir / 'params.txt').read_text()
+
+  class _Wider(_Exp):
+    MODEL_DIM = 48
+  with pytest.raises(trainer_lib.CheckpointMismatchError, match='does not match the model'):
+    trainer_lib.Trainer(_Wider(data_dir), sharding.Partitioner('none'), str(logdir), log=lambda l: None)
+  assert (logdir / 'params.txt').read_text() == before
+
+
+class _Diverges(_Exp):
+  def Learner(self):
+    p = super().Learner()
+    p.optimizer.Set(learning_rate=float('inf'))  # step 1's update makes every later loss NaN
+    return p
+
+
+def test_a_nan_loss_stops_at_its_step_without_saving(data_dir, tmp_path):
+  with pytest.raises(FloatingPointError, match=r'step 2: loss nan.*last checkpoint: step 0'):
+    _Train(data_dir, tmp_path, [], exp=_Diverges(data_dir))
+  assert not [f for f in os.listdir(tmp_path) if f.startswith('ckpt-')]
+
+
+def test_skip_nonfinite_leaves_the_weights_as_they_were(data_dir):
+  exp = _Exp(data_dir)
+  learner = learner_lib.Learner(exp.Task(), exp.Learner().optimizer, sharding.Partitioner('none'),
+                                skip_nonfinite=True)
+  batch = next(iter(exp.Train().Instantiate(log=lambda l: None).Dataset()))
+  batch = {k: v.numpy() for k, v in batch.items()}
+  learner.TrainStep(batch)
+  before = learner.Weights()
+  bad = dict(batch, tgt_weights=np.where(batch['tgt_weights'] > 0, np.nan, 0).astype(np.float32))
+  m = learner.TrainStep(bad)
+  assert float(m['finite']) == 0.0 and int(learner.global_step.numpy()) == 2
+  for path, w in learner.Weights().items():
+    np.testing.assert_array_equal(w, before[path], err_msg=path)
+  assert float(learner.TrainStep(batch)['finite']) == 1.0  # and training goes on
+
+
+def test_the_evaler_scores_every_checkpoint_like_the_training_loop(data_dir, whole):
+  logdir, lines = whole
+  evaler = dev_eval.DevEvaler(_Exp(data_dir), sharding.Partitioner('none'), str(logdir), log=lambda l: None)
+  assert evaler.Watch(timeout=0) == 2  # ckpt-3 and ckpt-6, then it stops: 6 is max_steps
+  rows = [json.loads(l) for l in open(logdir / dev_eval.DEV_LOG)]
+  assert [r['step'] for r in rows] == [3, 6]
+  in_loop = {int(l.split()[1]): float(l.split()[4]) for l in lines if 'dev loss' in l}
+  for r in rows:  # the same dev batches through the same eval step
+    assert r['loss'] == pytest.approx(in_loop[r['step']], rel=1e-4)
+    assert {k for k in r if k.startswith('xent/')} == {f'xent/{lang}' for lang in evaler.languages}
+    assert len(evaler.languages) >= 2 and all(np.isfinite(r[f'xent/{lang}']) for lang in evaler.languages)
+  assert evaler.Watch(timeout=0) == 0  # nothing new
+
+
+def test_trainer_modes_fail_in_one_line(tmp_path):
+  for args, message in [(['--mode=decode'], 'no checkpoint'), (['--mode=eval'], 'no params.txt'),
+                        (['--mode=eval', '--max_steps=5'], 'apply to training only'),
+                        (['--mode=decode', '--max_sentences=-1'], '--max_sentences must be >= 0')]:
+    out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', '--model=M4TinyMoE',
+                          f'--logdir={tmp_path}/none'] + args, capture_output=True, text=True, timeout=300)
+    err = [l for l in out.stderr.splitlines() if l.startswith('trainer:')]
+    assert out.returncode == 1 and len(err) == 1 and message in err[0], out.stderr[-2000:]
