@@ -95,3 +95,32 @@ def test_dtensor_train_step_with_dropout():
   assert np.isfinite(loss) and abs(loss - ref_loss) < 0.1 * ref_loss
   w1 = dist.Weights()
   assert sum(not np.array_equal(w1[k], w0[k]) for k in w0) > 0.9 * len(w0)
+
+
+class _CountingStrategy(tf.distribute.OneDeviceStrategy):
+  """The real one-device strategy, counting the steps that go through its `run`."""
+  runs = 0
+
+  def run(self, fn, args=(), kwargs=None, options=None):
+    type(self).runs += 1
+    return super().run(fn, args=args, kwargs=kwargs, options=options)
+
+
+def test_xla_step_runs_through_the_strategy_like_without_it():
+  """--tpu's path with a CPU strategy standing in for TPUStrategy: variables made under its scope, the step
+  run by `strategy.run` inside the compiled function, and the same losses and weights as the plain xla step."""
+  opt_p = optimizers.Adafactor.Params().Set(learning_rate=0.01, warmup_steps=1)
+  strategy = _CountingStrategy('/cpu:0')
+  with strategy.scope():
+    dist = learner.Learner(TinyMoE(), opt_p, sharding.Partitioner('xla', 'data:2,expert:4', strategy=strategy))
+  plain = learner.Learner(TinyMoE(), opt_p, sharding.Partitioner('xla', 'data:2,expert:4'))
+  for _ in range(2):
+    m_dist, m_plain = dist.TrainStep(Batch()), plain.TrainStep(Batch())
+    for k in ('loss', 'aux_loss', 'grad_norm'):
+      np.testing.assert_allclose(float(dist.Fetch(m_dist[k])), float(plain.Fetch(m_plain[k])), rtol=1e-5)
+  assert _CountingStrategy.runs >= 1  # traced through strategy.run
+  w = plain.Weights()
+  for path, v in dist.Weights().items():
+    np.testing.assert_allclose(v, w[path], rtol=1e-5, atol=1e-6, err_msg=path)
+  with pytest.raises(sharding.mesh_lib.MeshError, match='strategy runs the xla backend'):
+    sharding.Partitioner('none', strategy=strategy)

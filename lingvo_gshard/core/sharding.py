@@ -93,7 +93,8 @@ class Partitioner:
                rules: Optional[ShardingRules] = None,
                devices: Optional[Sequence[str]] = None,
                device_mesh: Optional[np.ndarray] = None,
-               jit: bool = True):
+               jit: bool = True,
+               strategy: Optional[tf.distribute.Strategy] = None):
     """Builds and validates the partitioner before any compute.
 
     Args:
@@ -106,6 +107,8 @@ class Partitioner:
       jit: none only: compile whole steps with XLA (True), or run them as TF graphs (False) with XLA only
         around MoE routing/dispatch/combine ("islands"): on CPUs TF's oneDNN matmuls beat XLA's, so this is
         the faster CPU mode; accelerators want True.
+      strategy: xla only: run every compiled step through `strategy.run` (a TPUStrategy of one SPMD replica
+        spanning all cores, `core/tpu.py`); variables must then be created under `strategy.scope()`.
     """
     if backend not in BACKENDS:
       raise MeshError(f'unknown sharding backend {backend!r}; expected one of {", ".join(BACKENDS)}')
@@ -117,6 +120,9 @@ class Partitioner:
     if not jit and backend != 'none':
       raise MeshError(f'jit=False is for the none backend; {backend} compiles its own way')
     self.jit = jit
+    if strategy is not None and backend != 'xla':
+      raise MeshError(f'a distribution strategy runs the xla backend\'s SPMD steps; not {backend}')
+    self.strategy = strategy
     self.rules = rules or DEFAULT_RULES
     self.rules.CheckMesh(mesh)
     self.dmesh = None
@@ -144,7 +150,8 @@ class Partitioner:
 
   def __repr__(self):
     jit = '' if self.jit else ', jit=False'
-    return f'Partitioner(backend={self.backend!r}, mesh={str(self.mesh)!r}{jit})'
+    strategy = f', strategy={type(self.strategy).__name__}' if self.strategy is not None else ''
+    return f'Partitioner(backend={self.backend!r}, mesh={str(self.mesh)!r}{jit}{strategy})'
 
   # --- layouts ------------------------------------------------------------------------------------------
 
@@ -257,7 +264,16 @@ class Partitioner:
     return tf.Variable(value, name=name, trainable=trainable)
 
   def Function(self, fn, **kwargs):
-    """Compiles `fn` for this backend: XLA for none/xla (annotations need XLA), DTensor's SPMD for dtensor."""
+    """Compiles `fn` for this backend: XLA for none/xla (annotations need XLA), DTensor's SPMD for dtensor;
+    with a strategy, the step runs as `strategy.run` on its one replica (on a TPU the strategy compiles it)."""
+    if self.strategy is not None:
+      strategy = self.strategy
+
+      def Run(*args):
+        out = strategy.run(fn, args=args)
+        return tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0], out)
+      on_tpu = isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy))
+      return tf.function(Run, **kwargs) if on_tpu else tf.function(Run, jit_compile=True, **kwargs)
     if self.backend == 'dtensor' or not self.jit:
       return tf.function(fn, **kwargs)
     return tf.function(fn, jit_compile=True, **kwargs)

@@ -33,7 +33,7 @@ def CreateTPUStrategy(mesh: mesh_lib.MeshSpec, rules: Optional[sharding.Sharding
       topology, computation_shape=list(topology.mesh_shape), num_replicas=1)
   strategy = tf.distribute.TPUStrategy(
       resolver, experimental_device_assignment=assignment, experimental_spmd_xla_partitioning=True)
-  return strategy, sharding.Partitioner('xla', mesh, rules, device_mesh=device_mesh)
+  return strategy, sharding.Partitioner('xla', mesh, rules, device_mesh=device_mesh, strategy=strategy)
 
 
 def TPUDeviceMesh(mesh: mesh_lib.MeshSpec, num_cores: int) -> np.ndarray:
