@@ -49,6 +49,14 @@ setuptools.setup(
         'tensorboard>=2.20,<2.22',  # summaries; TF 2.21 no longer pulls it in
         'numpy>=1.26,<3',
     ],
+    entry_points={
+        'console_scripts': [
+            'gshard_trainer = lingvo_gshard.tools.trainer:run',
+            'gshard_evaluate = lingvo_gshard.tools.evaluate:run',
+            'gshard_prepare_data = lingvo_gshard.tools.prepare_data:run',
+            'gshard_list_models = lingvo_gshard.tools.list_models:run',
+        ],
+    },
     extras_require={
         'test': ['pytest>=8,<10', 'matplotlib>=3.8,<4', 'torch==2.13.0', 'transformers>=4.40'],
         'plots': ['matplotlib>=3.8,<4'],

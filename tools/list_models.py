@@ -34,5 +34,10 @@ def main(argv):
   print(ListModels(_FILTER.value))
 
 
-if __name__ == '__main__':
+def run():
+  """The console script's entry point."""
   app.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -119,5 +119,10 @@ def main(argv):
   return 0
 
 
-if __name__ == '__main__':
+def run():
+  """The console script's entry point."""
   app.run(main)
+
+
+if __name__ == '__main__':
+  run()
