@@ -65,3 +65,22 @@ def test_json_output():
                         '--mesh=data:2,expert:3'], capture_output=True, text=True, timeout=300)
   assert bad.returncode != 0
   assert "dim 0 (expert) of size 2048 is not divisible by mesh axis 'expert' of size 3" in bad.stderr
+
+
+@pytest.mark.parametrize('opt', ['Adafactor', 'Adam'])
+def test_optimizer_state_is_what_the_optimizer_allocates(opt):
+  """Analysis counts the optimizer state from the optimizer's own SlotSpecs: equal to the bytes of the slot
+  variables a Learner really creates ([E,M,H] experts keep E*(M+H) under Adafactor, not M+H)."""
+  from lingvo_gshard.core import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import optimizers  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import sharding  # pylint: disable=g-import-not-at-top
+  exp = registry.Get('M4TinyMoE')
+  opt_p = getattr(optimizers, opt).Params()
+  partitioner = sharding.Partitioner('none')
+  r = analysis.Analyze('M4TinyMoE', exp.Task().Instantiate(), partitioner, tokens_per_step=1, seq_len=1,
+                       optimizer=opt_p)
+  built = learner_lib.Learner(exp.Task(), opt_p, partitioner)
+  allocated = sum(v.shape.num_elements() * 4 for slots in built.optimizer.slots.values() for v in slots.values())
+  assert r.optimizer_bytes_per_device == allocated
+  if opt == 'Adam':
+    assert allocated == 2 * r.bytes_per_device  # m and v of every (float32) weight

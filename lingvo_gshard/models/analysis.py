@@ -8,7 +8,8 @@ Conventions (stated because the paper's Table 1 does not state its own):
     + attention scores and context (4 x context length x M per attention sub-layer)
     + the router (2 x M x E per MoE layer). Training is ~3x this.
   - bytes_per_device: weights (float32 unless declared otherwise), each sharded as the rules put it on the
-    mesh; optimizer state as Adafactor's factored second moments (rows + columns per matrix, beta1 = 0).
+    mesh; optimizer state as the optimizer's own SlotSpecs declare it (default Adafactor: factored second
+    moments, rows + columns per matrix, beta1 = 0), each slot sharded like the weight's axes it keeps.
   - all_to_all_bytes_per_moe_layer: the dispatched [E,G,C,M] buffer leaves each device's group shard for the
     expert shards, forward and back, in the forward and the backward pass (4 transfers), per device.
 """
@@ -54,8 +55,11 @@ def _ExpertsPerToken(layer: moe_layer.MoELayer) -> float:
 
 
 def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partitioner, tokens_per_step: int,
-            seq_len: int, remat: bool = True) -> Analysis:
-  """Analyses a built (not necessarily instantiated) model for `tokens_per_step` tokens on the mesh."""
+            seq_len: int, remat: bool = True, optimizer=None) -> Analysis:
+  """Analyses a built (not necessarily instantiated) model for `tokens_per_step` tokens on the mesh;
+  `optimizer`: its params (default Adafactor's), whose SlotSpecs give the optimizer state."""
+  from lingvo_gshard.core import optimizers  # pylint: disable=g-import-not-at-top
+  opt = (optimizer or optimizers.Adafactor.Params()).Instantiate()
   specs = list(model.IterWeightSpecs())
   total = sum(s.size for _, s in specs)
   expert = sum(s.size for _, s in specs if 'expert' in s.logical_axes)
@@ -88,7 +92,9 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
   for path, s in specs:
     local = partitioner.ShardShape(s.shape, s.logical_axes, what=path)
     weight_bytes += math.prod(local) * s.dtype.size
-    optimizer_bytes += (sum(local[-2:]) if len(local) >= 2 else local[0]) * 4
+    if s.trainable:
+      for slot, (shape, axes) in opt.SlotSpecs(s).items():
+        optimizer_bytes += math.prod(partitioner.ShardShape(shape, axes, what=f'{path}/{slot}')) * 4
   tokens_per_device = tokens_per_step / mesh.size
   m = getattr(model.p, 'model_dim', 0) or (moes[0].p.input_dim if moes else 0)
   num_layers = sum(1 for l in layers if l.__class__.__name__ == 'TransformerLayer')
