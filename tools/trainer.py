@@ -101,9 +101,7 @@ def main(argv):
     trainer.Train(evaluate=_MODE.value == 'train_and_eval')
   except trainer_lib.Preempted as e:
     _Fail(str(e), 128 + e.signum)
-  except FloatingPointError as e:
-    _Fail(str(e))
-  except errors as e:
+  except errors + (FloatingPointError,) as e:
     _Fail(str(e))
 
 

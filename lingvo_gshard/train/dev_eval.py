@@ -13,6 +13,7 @@ import tensorflow as tf
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
+from lingvo_gshard.train import trainer
 
 DEV_LOG = 'dev_eval.jsonl'
 
@@ -49,15 +50,13 @@ class DevEvaler:
     lp = self.params.learner
     self.max_steps, self.eval_batches = lp.max_steps, lp.eval_batches
     self.learner = learner_lib.Learner(self.params.task, lp.optimizer, partitioner, lp.seed)
-    from lingvo_gshard.train import trainer  # pylint: disable=g-import-not-at-top
-    self._trainer = trainer
     self.objects = trainer.CheckpointObjects(self.learner.model)
     self.writer = tf.summary.create_file_writer(os.path.join(logdir, 'dev'))
     self.languages = self.dev.Instantiate(log=lambda line: None).languages if per_language_batches else []
 
   def EvalCheckpoint(self, path: str) -> Dict[str, float]:
     """Restores `path`, returns {metric: value, 'xent/<lang>': ...} and writes them for step N."""
-    self._trainer.CheckCheckpoint(path, self.objects)
+    trainer.CheckCheckpoint(path, self.objects)
     tf.train.Checkpoint(**self.objects).restore(path).expect_partial()
     step = int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
     out = DevMetrics(self.learner, self.dev, self.eval_batches) or {}
@@ -88,7 +87,7 @@ class DevEvaler:
     """Evaluates every checkpoint not evaluated yet, then each new one as it appears, until the one at
     max_steps (or `timeout` seconds without a new one); returns how many were evaluated."""
     done, count = self.Done(), 0
-    for path in reversed(self._trainer.CheckpointCandidates(self.logdir, self.log)):  # those there already
+    for path in reversed(trainer.CheckpointCandidates(self.logdir, self.log)):  # those there already
       if os.path.basename(path) not in done:
         self.EvalCheckpoint(path)
         done.add(os.path.basename(path))

@@ -14,7 +14,6 @@ import signal
 import time
 from typing import Callable, Dict, Optional
 
-import numpy as np
 import tensorflow as tf
 
 from lingvo_gshard.core import experiment as experiment_lib
