@@ -43,3 +43,10 @@ def test_run_params_round_trip_through_params_txt(tmp_path):
   # A dense experiment cannot be restored from an MoE run's params.
   with pytest.raises(hyperparams.ParamsError, match=r"params.txt: .* is not a param of M4TinyDense"):
     experiment.LoadRunParams(m4_tiny.M4TinyDense(), str(tmp_path))
+  # Params retired since a run was trained (they never changed what it computes) are skipped; any other
+  # unknown key still fails.
+  (tmp_path / 'params.txt').write_text(root.ToText() + 'task.encoder.moe_tpl.xla_islands : None\n')
+  assert experiment.LoadRunParams(m4_tiny.M4TinyMoE(), str(tmp_path)).task.encoder.num_layers == 5
+  (tmp_path / 'params.txt').write_text(root.ToText() + 'task.encoder.moe_tpl.islands : None\n')
+  with pytest.raises(hyperparams.ParamsError, match="'task.encoder.moe_tpl.islands' is not a param"):
+    experiment.LoadRunParams(m4_tiny.M4TinyMoE(), str(tmp_path))

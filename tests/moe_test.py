@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from lingvo_gshard.layers import gating
 from lingvo_gshard.layers import moe
+from lingvo_gshard.core import step_runner
 
 G, S, M, H, E = 2, 16, 8, 12, 4
 RTOL = 1e-5
@@ -96,7 +97,7 @@ def _island_calls(concrete_function):
     ('einsum', 'top2', 'all', 'function'), ('index', 'expert_choice', 'all', 'function'),
     ('index', 'top2', 'sampling', 'jit'), ('einsum', 'top1', 'all', 'jit')])
 def test_xla_islands_equal_the_plain_path(dispatch, gating_name, policy, outer):
-  """Values, stats and gradients with xla_islands=True equal those without, in a graph-mode caller (where the
+  """Values, stats and gradients with XLA islands equal those without, in a graph-mode caller (where the
   islands are XLA functions called from the graph) and in a jit-compiled one (where they are nested).
 
   The random policies draw inside the routing island, i.e. with XLA's Philox, which in TF 2.21 differs from
@@ -112,7 +113,8 @@ def test_xla_islands_equal_the_plain_path(dispatch, gating_name, policy, outer):
       tape.watch([x, w_gate, wi, wo])
       y, aux, stats = moe.moe_ffn(x, w_gate, wi, wo, capacity_factor=1.5, dispatch=dispatch,
                                   gating=gating_name, second_expert_policy=policy, paddings=paddings,
-                                  seed=seed if policy != 'all' else None, xla_islands=xla_islands)
+                                  seed=seed if policy != 'all' else None,
+                                  island=step_runner.CompileIsland if xla_islands else None)
       loss = tf.reduce_sum(tf.tanh(y) * target) + 0.1 * aux
     return [y, aux] + tape.gradient(loss, [x, w_gate, wi, wo]), stats
 
@@ -139,7 +141,7 @@ def test_xla_islands_equal_the_plain_path(dispatch, gating_name, policy, outer):
 def test_xla_islands_keep_the_expert_matmuls_in_the_callers_graph():
   """In a graph-mode caller the expert and router matmuls are TF ops of the caller's graph, not XLA."""
   x, w_gate, wi, wo = _weights(14)
-  step = tf.function(lambda x: moe.moe_ffn(x, w_gate, wi, wo, xla_islands=True)[0])
+  step = tf.function(lambda x: moe.moe_ffn(x, w_gate, wi, wo, island=step_runner.CompileIsland)[0])
   ops = step.get_concrete_function(tf.constant(x)).graph.get_operations()
   assert sum(op.type == 'BatchMatMulV2' for op in ops) == 2  # x·wi and hidden·wo, [E, G·C, ·]
   assert any(op.type in ('Einsum', 'MatMul') for op in ops)  # the router
@@ -316,7 +318,7 @@ def test_xla_sharding_annotations_reach_the_hlo(dispatch):
 
   partitioner = sharding.Partitioner('xla', 'data:2,expert:4')
   with sharding.use(partitioner):
-    step = partitioner.Function(_fn)
+    step = step_runner.StepRunner(partitioner).Compile(_fn)
     y = step(tf.constant(x))
     hlo = step.experimental_get_compiler_ir(tf.constant(x))(stage='hlo')
   y_ref = tf.function(lambda x: moe.moe_ffn(x, w_gate, wi, wo, dispatch=dispatch)[0], jit_compile=True)(x)

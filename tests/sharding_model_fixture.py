@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 
 G, S, M, E, H = 8, 4, 8, 8, 16
 
@@ -58,5 +59,6 @@ def RunStep(partitioner):
       return loss, dict(zip(variables, grads))
 
     x = partitioner.ToDevice(Input(), ('group', 'length', 'model'))
-    loss, grads = partitioner.Function(Step)(x)
+    jit = True if partitioner.backend == 'none' else None
+    loss, grads = step_runner.StepRunner(partitioner, jit=jit).Compile(Step)(x)
     return (partitioner.Fetch(loss), {k: partitioner.Fetch(g) for k, g in grads.items()}, layer, Step, x)

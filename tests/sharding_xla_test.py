@@ -4,6 +4,7 @@ import re
 import numpy as np
 
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 import sharding_model_fixture as fx
 
 
@@ -32,7 +33,7 @@ def test_xla_hlo_carries_expected_shardings():
     np.testing.assert_allclose(grads[k], ref_grads[k], rtol=1e-5, atol=1e-7)
 
   with sharding.use(partitioner):
-    hlo = partitioner.Function(step).experimental_get_compiler_ir(x)(stage='hlo')
+    hlo = step_runner.StepRunner(partitioner).Compile(step).experimental_get_compiler_ir(x)(stage='hlo')
   tiles = set(_ShardingTiles(hlo))
   E, G, S, M, H = fx.E, fx.G, fx.S, fx.M, fx.H
   # Activations split on G over 'data' (2), replicated over 'expert' (4).

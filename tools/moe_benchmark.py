@@ -7,7 +7,7 @@ r"""Benchmarks the MoE FFN step (forward + backward) against a dense FFN of the 
 Every step returns y and the gradients w.r.t. x and all weights. Each runs in every --modes:
   * jit: the whole step is one XLA program (`tf.function(jit_compile=True)`), as on TPU;
   * hybrid: a graph-mode `tf.function` (TF's own kernels: oneDNN matmuls on CPU) in which the MoE's routing +
-    dispatch and its combine run as two XLA islands (`moe_ffn(xla_islands=True)`); the dense FFN has nothing
+    dispatch and its combine run as two XLA islands (`moe_ffn(island=step_runner.CompileIsland)`); the dense FFN has nothing
     to put in an island, so its hybrid row is its graph row;
   * graph: graph mode without islands (routing and dispatch as hundreds of small TF ops).
 Measured in one process:
@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import gating
 from lingvo_gshard.layers import moe
 
@@ -124,7 +125,8 @@ def _moe_case(g, s, m, h, e, cf, dispatch, mode, x, dy, rng):
 
   def _fn(x, w_gate, wi, wo):
     y, aux, _ = moe.moe_ffn(x, w_gate, wi, wo, capacity_factor=cf, dispatch=dispatch,
-                            xla_islands=mode == 'hybrid', wi_layout=wi_layout)
+                            island=step_runner.CompileIsland if mode == 'hybrid' else None,
+                            wi_layout=wi_layout)
     return y, aux
 
   w_gate = rng.normal(size=(m, e)) / np.sqrt(m)

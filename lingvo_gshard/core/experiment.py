@@ -156,6 +156,11 @@ def ApplyOverrides(root: hyperparams.Params, text: str) -> list:
   return applied
 
 
+# Params that older runs' params.txt may name and the code no longer has, because they never changed what a
+# run computes: restoring such a run skips them. (xla_islands: how steps compile is the step runner's now.)
+RETIRED_PARAMS = frozenset({'xla_islands'})
+
+
 def LoadRunParams(exp: Experiment, logdir: str, data_dir: str = '') -> hyperparams.Params:
   """The params a run in `logdir` was trained with: the experiment's, updated from its params.txt (so the
   overrides it was trained with, and any default changed since, are what is restored)."""
@@ -173,6 +178,9 @@ def LoadRunParams(exp: Experiment, logdir: str, data_dir: str = '') -> hyperpara
       continue
     if data_dir and key.startswith('input.') and key.endswith('.data_dir'):
       lines.append('')  # the caller's --data_dir wins: the corpus may have been built elsewhere
+      continue
+    if key.rpartition('.')[2] in RETIRED_PARAMS:
+      lines.append('')
       continue
     try:
       root.Get(key)

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 
 # Logical axes of every batch feature: [B, L].
 BATCH_AXES = ('batch', 'length')
@@ -20,8 +21,13 @@ class Learner:
   """Builds `task` and `optimizer` params under `partitioner`; `TrainStep(batch)` returns metrics."""
 
   def __init__(self, task: hyperparams.InstantiableParams, optimizer: hyperparams.InstantiableParams,
-               partitioner: sharding.Partitioner, seed: int = 1234, skip_nonfinite: bool = False):
+               partitioner: sharding.Partitioner, seed: int = 1234, skip_nonfinite: bool = False,
+               runner: Optional[step_runner.StepRunner] = None):
+    """`runner` compiles the steps (default: StepRunner(partitioner), this machine's rule)."""
     self.partitioner = partitioner
+    self.runner = runner or step_runner.StepRunner(partitioner)
+    if self.runner.partitioner is not partitioner:
+      raise ValueError(f'{self.runner} runs another partitioner than {partitioner}')
     self.seed = seed
     self.skip_nonfinite = skip_nonfinite
     with sharding.use(partitioner):
@@ -32,8 +38,8 @@ class Learner:
       self.optimizer.CreateSlots(named, partitioner)
       self.global_step = partitioner.CreateVariable('global_step', lambda: tf.constant(0, tf.int64), (),
                                                     trainable=False)
-    self._train = partitioner.Function(self._TrainStep)
-    self._eval = partitioner.Function(self._EvalStep)
+    self._train = self.runner.Compile(self._TrainStep)
+    self._eval = self.runner.Compile(self._EvalStep)
 
   def _TrainStep(self, batch, seed):
     with sharding.use(self.partitioner):
@@ -47,7 +53,9 @@ class Learner:
       # Dense gradients: an embedding's IndexedSlices may repeat rows, which global_norm and the
       # optimizers' squared-gradient statistics would count wrongly.
       grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, self.trainable)]
-      metrics = {k: v for k, v in metrics.items() if v.shape.rank == 0}
+      # Scalars, and each MoE layer's per-expert vectors (load, expert_fill) for the trainer's histograms.
+      metrics = {k: v for k, v in metrics.items()
+                 if v.shape.rank == 0 or (k.startswith('moe/') and v.shape.rank == 1)}
       metrics['grad_norm'] = tf.linalg.global_norm(grads)
       # Checked in the step, every step: the caller stops before saving (or the update is skipped), so a NaN
       # never reaches a checkpoint.

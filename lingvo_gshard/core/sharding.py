@@ -9,7 +9,7 @@ An experiment owns the rules that map logical axes to mesh axes (T5X/Praxis styl
 low-level API is here too: `replicate(t)`, `split(t, dim, num_partitions)`, `mesh_split(t, device_mesh,
 dims_mapping)`. Backends:
 
-  none     single device; every annotation is an identity (the fastest path, jit-compiled).
+  none     single device; every annotation is an identity.
   dtensor  tf.experimental.dtensor: real SPMD on CPU/GPU meshes (and multi-client meshes). Annotations are
            relayouts; variables are DVariables laid out by the rules.
   xla      xla_sharding ops, partitioned by XLA SPMD under TPUStrategy(experimental_spmd_xla_partitioning=
@@ -92,9 +92,7 @@ class Partitioner:
                mesh: Union[mesh_lib.MeshSpec, str, None] = None,
                rules: Optional[ShardingRules] = None,
                devices: Optional[Sequence[str]] = None,
-               device_mesh: Optional[np.ndarray] = None,
-               jit: bool = True,
-               strategy: Optional[tf.distribute.Strategy] = None):
+               device_mesh: Optional[np.ndarray] = None):
     """Builds and validates the partitioner before any compute.
 
     Args:
@@ -104,11 +102,9 @@ class Partitioner:
       devices: dtensor only: the local devices to build the mesh from (default: all local GPUs, else CPUs).
       device_mesh: xla only: logical core ids laid out in the mesh shape (default np.arange reshaped); pass
         the one matching a TPU device assignment.
-      jit: none only: compile whole steps with XLA (True), or run them as TF graphs (False) with XLA only
-        around MoE routing/dispatch/combine ("islands"): on CPUs TF's oneDNN matmuls beat XLA's, so this is
-        the faster CPU mode; accelerators want True.
-      strategy: xla only: run every compiled step through `strategy.run` (a TPUStrategy of one SPMD replica
-        spanning all cores, `core/tpu.py`); variables must then be created under `strategy.scope()`.
+
+    How steps are compiled (whole-step XLA, TF graph + islands, strategy.run) is not the partitioner's
+    business: `core/step_runner.py` decides it.
     """
     if backend not in BACKENDS:
       raise MeshError(f'unknown sharding backend {backend!r}; expected one of {", ".join(BACKENDS)}')
@@ -117,12 +113,6 @@ class Partitioner:
     if isinstance(mesh, str):
       mesh = mesh_lib.MeshSpec.Parse(mesh)
     self.backend, self.mesh = backend, mesh
-    if not jit and backend != 'none':
-      raise MeshError(f'jit=False is for the none backend; {backend} compiles its own way')
-    self.jit = jit
-    if strategy is not None and backend != 'xla':
-      raise MeshError(f'a distribution strategy runs the xla backend\'s SPMD steps; not {backend}')
-    self.strategy = strategy
     self.rules = rules or DEFAULT_RULES
     self.rules.CheckMesh(mesh)
     self.dmesh = None
@@ -149,9 +139,7 @@ class Partitioner:
     return dtensor.create_mesh(list(self.mesh.axes), devices=devices[:self.mesh.size])
 
   def __repr__(self):
-    jit = '' if self.jit else ', jit=False'
-    strategy = f', strategy={type(self.strategy).__name__}' if self.strategy is not None else ''
-    return f'Partitioner(backend={self.backend!r}, mesh={str(self.mesh)!r}{jit}{strategy})'
+    return f'Partitioner(backend={self.backend!r}, mesh={str(self.mesh)!r})'
 
   # --- layouts ------------------------------------------------------------------------------------------
 
@@ -262,26 +250,6 @@ class Partitioner:
       return dtensor.DVariable(self.ToDevice(value, logical_axes), name=name, trainable=trainable)
     self.MeshAxes(logical_axes, value.shape, what=f'variable {name}')  # validate on every backend
     return tf.Variable(value, name=name, trainable=trainable)
-
-  def Function(self, fn, **kwargs):
-    """Compiles `fn` for this backend: XLA for none/xla (annotations need XLA), DTensor's SPMD for dtensor;
-    with a strategy, the step runs as `strategy.run` on its one replica (on a TPU the strategy compiles it)."""
-    if self.strategy is not None:
-      strategy = self.strategy
-
-      def Run(*args):
-        out = strategy.run(fn, args=args)
-        return tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0], out)
-      on_tpu = isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy))
-      return tf.function(Run, **kwargs) if on_tpu else tf.function(Run, jit_compile=True, **kwargs)
-    if self.backend == 'dtensor' or not self.jit:
-      return tf.function(fn, **kwargs)
-    return tf.function(fn, jit_compile=True, **kwargs)
-
-  @property
-  def graph_mode(self) -> bool:
-    """Steps run as TF graphs with XLA islands (none backend, jit=False)."""
-    return self.backend == 'none' and not self.jit
 
 
 # --- the current partitioner ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import mesh as mesh_lib
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 
 
 class TPUError(RuntimeError):
@@ -18,8 +19,9 @@ class TPUError(RuntimeError):
 
 
 def CreateTPUStrategy(mesh: mesh_lib.MeshSpec, rules: Optional[sharding.ShardingRules] = None,
-                      tpu: str = '') -> Tuple[tf.distribute.TPUStrategy, sharding.Partitioner]:
-  """Connects to `tpu` and returns (strategy, xla Partitioner) for `mesh`, which must use every core."""
+                      tpu: str = '') -> Tuple[tf.distribute.TPUStrategy, step_runner.StepRunner]:
+  """Connects to `tpu` and returns (strategy, a StepRunner running the xla backend's steps through it) for
+  `mesh`, which must use every core. Create variables under `strategy.scope()`."""
   try:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
     tf.config.experimental_connect_to_cluster(resolver)
@@ -33,7 +35,8 @@ def CreateTPUStrategy(mesh: mesh_lib.MeshSpec, rules: Optional[sharding.Sharding
       topology, computation_shape=list(topology.mesh_shape), num_replicas=1)
   strategy = tf.distribute.TPUStrategy(
       resolver, experimental_device_assignment=assignment, experimental_spmd_xla_partitioning=True)
-  return strategy, sharding.Partitioner('xla', mesh, rules, device_mesh=device_mesh, strategy=strategy)
+  partitioner = sharding.Partitioner('xla', mesh, rules, device_mesh=device_mesh)
+  return strategy, step_runner.StepRunner(partitioner, strategy=strategy)
 
 
 def TPUDeviceMesh(mesh: mesh_lib.MeshSpec, num_cores: int) -> np.ndarray:

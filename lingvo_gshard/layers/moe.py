@@ -16,8 +16,9 @@ logical_axes)` (identity by default), e.g. `annotate=sharding.shard`. Logical ax
 model, expert, capacity, hidden.
 
 Speed on CPU (`tools/moe_benchmark.py`): a whole step under XLA runs the expert matmuls slower than TF's
-oneDNN kernels, and a graph-mode step runs gating and dispatch as hundreds of small ops. `xla_islands=True`
-takes the best of both in a graph-mode step: gating + dispatch and combine are XLA islands, matmuls TF's.
+oneDNN kernels, and a graph-mode step runs gating and dispatch as hundreds of small ops. Islands
+(`island=step_runner.Island`) take the best of both in a graph-mode step: gating + dispatch and combine are
+XLA islands, matmuls TF's.
 """
 from typing import Callable, Dict, Optional, Tuple
 
@@ -96,7 +97,7 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
             second_expert_policy: str = 'all', paddings=None, seed=None,
             activation: Callable[[tf.Tensor], tf.Tensor] = tf.nn.relu, min_capacity: int = 4,
             capacity: Optional[int] = None, annotate: Optional[Callable] = None,
-            xla_islands: bool = False,
+            island: Optional[Callable[[Callable], Callable]] = None,
             wi_layout: str = 'emh') -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
   """Mixture-of-Experts FFN: each token is processed by its gated experts and the outputs are combined.
 
@@ -117,14 +118,15 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
     min_capacity: lower bound of C before rounding.
     capacity: if given, C directly (overrides capacity_factor and min_capacity), e.g. for evaluation.
     annotate: `annotate(tensor, logical_axes) -> tensor`, e.g. `sharding.shard`; identity if None.
-    xla_islands: run gating + dispatch, and combine, as two XLA-compiled sub-functions (their gradients are
-      compiled too) while the router and expert matmuls stay in the caller's mode. For a caller that runs as
-      a graph (`tf.function` without jit_compile) on CPU/GPU: TF's native batched matmuls (oneDNN on CPU)
-      beat XLA's on the experts, while gating and dispatch are hundreds of small ops that only XLA fuses.
-      Same values and gradients as False, except that the 'random' and 'sampling' policies then draw with
-      XLA's Philox, as a jit-compiled step does (TF 2.21's XLA and CPU kernels draw different numbers from
-      one run-time seed). In a jit-compiled caller the islands are inlined and change nothing. Meant for a
-      traced caller: called eagerly, the islands are traced and compiled again on every call.
+    island: wraps the gating + dispatch and the combine sub-functions, e.g. `step_runner.Island` (XLA islands
+      while a TF-graph step is traced, as the step runner decides) or `step_runner.CompileIsland` (always);
+      identity if None. Islands: the router and expert matmuls stay in the caller's mode. For a caller that
+      runs as a graph (`tf.function` without jit_compile) on CPU/GPU: TF's native batched matmuls (oneDNN
+      on CPU) beat XLA's on the experts, while gating and dispatch are hundreds of small ops that only XLA
+      fuses. Same values and gradients as without, except that the 'random' and 'sampling' policies then
+      draw with XLA's Philox, as a jit-compiled step does (TF 2.21's XLA and CPU kernels draw different
+      numbers from one run-time seed). In a jit-compiled caller the islands are inlined and change nothing.
+      Meant for a traced caller: called eagerly, the islands are traced and compiled again on every call.
     wi_layout: 'emh' (wi is [E,M,H]) or 'ehm' (wi is [E,H,M], wo's layout, used transposed); same values.
       Once the experts outgrow the caches, TF's oneDNN batched matmuls stream an [E,H,M] wi faster: expert
       FFN forward + backward at E=128 (64 slots per expert, M=256, H=1024) took 73.7 vs 78.7 ms in a TF
@@ -180,10 +182,9 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
       y = dispatch_lib.einsum_combine(expert_out, to_combine[0])
     return annotate(y, ('group', 'length', 'model'))
 
-  if xla_islands:
-    # Built per call: `annotate` may read state (the current partitioner) that a cached trace would miss.
-    _route_and_dispatch = tf.function(_route_and_dispatch, jit_compile=True, autograph=False)
-    _combine = tf.function(_combine, jit_compile=True, autograph=False)
+  if island is not None:
+    # Wrapped per call: `annotate` may read state (the current partitioner) that a cached trace would miss.
+    _route_and_dispatch, _combine = island(_route_and_dispatch), island(_combine)
   if paddings is not None:
     paddings = tf.convert_to_tensor(paddings)
   x = annotate(x, ('group', 'length', 'model'))

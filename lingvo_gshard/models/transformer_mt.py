@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import attention
 from lingvo_gshard.layers import basic
 from lingvo_gshard.layers import transformer
@@ -119,12 +120,9 @@ class TransformerMT(base_layer.BaseLayer):
     per_token_xent [B,Lt], and every MoE layer's routing stats under 'moe/<stack>/<layer>/<name>'."""
     logits, aux, stats = self.ComputeLogits(batch, seed)
     labels, weights = batch['tgt_labels'], tf.cast(batch['tgt_weights'], tf.float32)
-    loss_fn = _TokenLosses
-    if sharding.current().graph_mode:
-      # In TF-graph steps (the CPU mode) the [B,L,V] softmax/loss elementwise passes are compiled as one XLA
-      # island, so they fuse; the logits matmul stays on TF's kernels.
-      loss_fn = tf.function(_TokenLosses, jit_compile=True)
-    per_token_xent, per_token_loss = loss_fn(logits, labels, self.p.label_smoothing)
+    # Where the runner compiles islands (TF-graph steps, the CPU mode), the [B,L,V] softmax/loss elementwise
+    # passes are one XLA island, so they fuse; the logits matmul stays on TF's kernels.
+    per_token_xent, per_token_loss = step_runner.Island(_TokenLosses)(logits, labels, self.p.label_smoothing)
     num_tokens = tf.maximum(tf.reduce_sum(weights), 1.0)
     xent = tf.reduce_sum(per_token_xent * weights) / num_tokens
     loss = tf.reduce_sum(per_token_loss * weights) / num_tokens + self.p.aux_loss_weight * aux
