@@ -8,7 +8,7 @@ import pytest
 from lingvo_gshard.core import registry
 from lingvo_gshard.models import analysis
 from lingvo_gshard.params import gshard_paper
-from lingvo_gshard.tools import model_analysis
+from lingvo_gshard.models import analysis as model_analysis
 
 registry.LoadAll()
 

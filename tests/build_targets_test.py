@@ -147,7 +147,9 @@ def test_every_test_file_has_a_pytest_target(build):
   for f in test_files:
     name = os.path.basename(f)[:-len('.py')]
     rule = build.tests[name]
-    imported = [f'tests/{t}.py' for t in build.tests_importing_tests.get(name, [])]
+    direct = build.tests_importing_tests.get(name, [])
+    # Sources of the test files it imports, and of those they import (one level further).
+    imported = [f'tests/{t}.py' for t in direct + [u for t in direct for u in build.tests_importing_tests.get(t, [])]]
     assert rule['main'] == _LAUNCHER and sorted(rule['srcs']) == sorted([f, _LAUNCHER] + imported), f
     assert rule['args'] == [f'$(rootpath {f})'], f  # The launcher runs pytest on exactly this file.
     assert rule['legacy_create_init'] is False, f  # A made-up tests/__init__.py breaks helper imports.

@@ -15,6 +15,7 @@ from lingvo_gshard.data import report
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.train import evaluator
 from lingvo_gshard.train import test_sets
+from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
 from trainer_test import _SmallMoE
 from trainer_test import data_dir  # pylint: disable=unused-import  (the small built corpus fixture)
@@ -113,7 +114,7 @@ def test_a_checkpoint_of_another_architecture_is_one_line(data_dir, run, tmp_pat
   for name in os.listdir(run):
     if name.startswith('ckpt') or name == 'checkpoint':
       (copy / name).write_bytes(open(os.path.join(run, name), 'rb').read())
-  with pytest.raises(trainer_lib.CheckpointMismatchError, match=r'has 1\d* weights the model lacks, e\.g\. '
+  with pytest.raises(checkpoints.CheckpointMismatchError, match=r'has 1\d* weights the model lacks, e\.g\. '
                      r'w/mt/encoder/layers_2/'):
     evaluator.Evaluator(_SmallMoE(data_dir), str(copy), log=lambda line: None)
 

@@ -1,12 +1,15 @@
 """tools/model_benchmark.py at toy sizes: it runs, and its figures follow their definitions.
 
-Run as a subprocess: the tools define absl flags (--json) that clash when imported into one process."""
+The tool runs as a subprocess (tools define absl flags that clash in one process); its library code
+(lingvo_gshard/bench/) is tested in-process."""
 import json
 import subprocess
 import sys
 
 import pytest
 
+from lingvo_gshard.bench import steps
+from lingvo_gshard.bench import timing
 from lingvo_gshard.core import registry
 from lingvo_gshard.models import analysis
 
@@ -44,15 +47,20 @@ def test_unknown_model_is_a_usage_error():
 
 
 def test_round_robin_and_derived_figures():
-  """RoundRobin times one call of each function per round; AddTimes derives the rates from a step time."""
-  code = '''
-from lingvo_gshard.tools import model_benchmark as mb
-calls = []
-medians = mb.RoundRobin([lambda: calls.append('a'), lambda: calls.append('b')], 3)
-assert calls == ['a', 'b'] * 3 and len(medians) == 2, calls
-r = dict(rows=2, src_length=5, length=4, tokens=8, flops_per_step=1e9)
-mb.AddTimes(r, 0.5, 4e9)
-assert r == dict(rows=2, src_length=5, length=4, flops_per_step=1e9, step_s=0.5, target_tokens_per_s=16.0,
-                 tokens_per_s=36.0, flop_per_s=2e9, flops_fraction=0.5), r
-'''
-  subprocess.run([sys.executable, '-c', code], check=True)
+  """RoundRobin times one call of each function per round; AddTimes derives the rates from a step time.
+  (Library code in lingvo_gshard/bench/: tested in-process, unlike the tool.)"""
+  calls = []
+  medians = timing.RoundRobin([lambda: calls.append('a'), lambda: calls.append('b')], 3)
+  assert calls == ['a', 'b'] * 3 and len(medians) == 2, calls
+  r = dict(rows=2, src_length=5, length=4, tokens=8, flops_per_step=1e9)
+  steps.AddTimes(r, 0.5, 4e9)
+  assert r == dict(rows=2, src_length=5, length=4, flops_per_step=1e9, step_s=0.5, target_tokens_per_s=16.0,
+                   tokens_per_s=36.0, flop_per_s=2e9, flops_fraction=0.5), r
+
+
+def test_synthetic_batch_is_full_rows_of_one_segment():
+  b = steps.SyntheticBatch(3, 5, 4, 50, 60, seed=1)
+  assert b['src_ids'].shape == (3, 5) and b['tgt_ids'].shape == (3, 4) and b['tgt_weights'].shape == (3, 4)
+  assert b['src_ids'].min() >= 3 and b['src_ids'].max() < 50 and b['tgt_labels'].max() < 60
+  assert (b['src_segment_ids'] == 1).all() and (b['tgt_positions'][1] == [0, 1, 2, 3]).all()
+  assert b['tgt_weights'].sum() == 12

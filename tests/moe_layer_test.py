@@ -7,6 +7,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import basic
 from lingvo_gshard.layers import moe_layer
 
@@ -14,8 +15,8 @@ B, L, M, H = 8, 16, 16, 32
 
 
 def _Layer(num_experts, **kw):
-  return moe_layer.MoELayer.Params().Set(input_dim=M, hidden_dim=H, num_experts=num_experts, group_size=16,
-                                          **kw)
+  kw.setdefault('group_size', 16)
+  return moe_layer.MoELayer.Params().Set(input_dim=M, hidden_dim=H, num_experts=num_experts, **kw)
 
 
 def _AssertGradientsClose(got, want):
@@ -26,7 +27,7 @@ def _AssertGradientsClose(got, want):
     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6 * scale, err_msg=k)
 
 
-def _Run(partitioner, num_experts, dispatch='index', **layer_params):
+def _Run(partitioner, num_experts, dispatch='index', length=L, **layer_params):
   """Output, aux loss and gradients (wrt x and every weight) of one layer call under `partitioner`."""
   with sharding.use(partitioner):
     layer = _Layer(num_experts, dispatch=dispatch, **layer_params).Instantiate().InstantiateVariables(
@@ -42,10 +43,11 @@ def _Run(partitioner, num_experts, dispatch='index', **layer_params):
         grads = tape.gradient(loss, [x] + list(variables.values()))
         return y, aux, stats['load'], dict(zip(['x'] + list(variables), grads))
 
-    x = tf.random.stateless_normal([B, L, M], seed=[4, 2])
-    paddings = tf.cast(tf.random.stateless_uniform([B, L], seed=[5, 5]) < 0.2, tf.float32)
-    out = partitioner.Function(Step)(partitioner.ToDevice(x, ('batch', 'length', 'model')),
-                                     partitioner.ToDevice(paddings, ('batch', 'length')))
+    x = tf.random.stateless_normal([B, length, M], seed=[4, 2])
+    paddings = tf.cast(tf.random.stateless_uniform([B, length], seed=[5, 5]) < 0.2, tf.float32)
+    runner = step_runner.StepRunner(partitioner, jit=True if partitioner.backend == 'none' else None)
+    out = runner.Compile(Step)(partitioner.ToDevice(x, ('batch', 'length', 'model')),
+                               partitioner.ToDevice(paddings, ('batch', 'length')))
     y, aux, load, grads = out
     return (partitioner.Fetch(y), partitioner.Fetch(aux), partitioner.Fetch(load),
             {k: partitioner.Fetch(g) for k, g in grads.items()}, layer)
@@ -72,15 +74,6 @@ def test_dtensor_layer_equals_single_device(num_experts, mesh):
     shards = dtensor.unpack(variables[f'moelayer.{name}'].read_value())
     assert len(shards) == 8 and all(s.shape[0] == local for s in shards)
   assert all(s.shape == (M, num_experts) for s in dtensor.unpack(variables['moelayer.gate'].read_value()))
-
-
-def test_dtensor_layer_with_xla_islands_equals_single_device():
-  """xla_islands is meant for one device, but under DTensor the islands still run and give the same values."""
-  y0, aux0, _, g0, _ = _Run(sharding.Partitioner('none'), 8)
-  y1, aux1, _, g1, _ = _Run(sharding.Partitioner('dtensor', 'data:2,expert:4'), 8, xla_islands=True)
-  np.testing.assert_allclose(y1, y0, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(aux1, aux0, rtol=1e-5)
-  _AssertGradientsClose(g1, g0)
 
 
 def test_index_and_einsum_layers_agree():
@@ -131,11 +124,11 @@ def test_xla_hlo_splits_experts_on_e_and_inputs_on_g():
   assert any(s.startswith(f'8,{g},') and t == 'devices=[4,2,1,1]' for s, t in found), found
 
 
-def _TrainStep(layer, x, paddings, outer_jit):
-  """y, aux, load, dropped fraction and the gradients wrt x and every weight of one training call."""
+def _TrainStep(layer, x, paddings, outer_jit, compile_fn=None):
+  """y, aux, load, dropped fraction and the gradients wrt x and every weight of one training call, compiled
+  by `compile_fn` (default: tf.function, jit-compiled if outer_jit)."""
   variables = [v for _, v in layer.IterVariables()]
 
-  @tf.function(jit_compile=outer_jit)
   def Step(x, paddings):
     with tf.GradientTape() as tape:
       tape.watch(x)
@@ -143,25 +136,34 @@ def _TrainStep(layer, x, paddings, outer_jit):
       loss = tf.reduce_sum(y * y) + aux
     return [y, aux, stats['load'], stats['dropped_fraction']] + tape.gradient(loss, [x] + variables)
 
-  return [t.numpy() for t in Step(x, paddings)]
+  compile_fn = compile_fn or (lambda f: tf.function(f, jit_compile=outer_jit))
+  return [t.numpy() for t in compile_fn(Step)(x, paddings)]
 
 
-@pytest.mark.parametrize('policy,outer_jit', [('all', False), ('random', False), ('random', True)])
-def test_xla_islands_layer_equals_plain_layer(policy, outer_jit):
-  """MoELayer(xla_islands=True) gives the plain layer's outputs, stats and gradients in a training step with
-  padding, graph-mode or jit-compiled. Random routing draws inside the XLA island, so its reference is the
-  plain layer jit-compiled (TF 2.21's XLA Philox differs from the CPU kernel's for a run-time seed)."""
+@pytest.mark.parametrize('policy', ['all', 'random'])
+def test_layer_in_a_graph_mode_step_equals_the_plain_layer(policy):
+  """Traced by a graph-mode StepRunner, the layer's routing + dispatch and combine become XLA islands (the
+  layer only marks them); outputs, stats and gradients equal the plain layer's in a training step with
+  padding. Random routing draws inside the island, so its reference is the plain layer jit-compiled (TF 2.21's
+  XLA Philox differs from the CPU kernel's for a run-time seed)."""
   x = tf.random.stateless_normal([B, L, M], seed=[3, 1])
   paddings = tf.cast(tf.random.stateless_uniform([B, L], seed=[6, 2]) < 0.2, tf.float32)
-  # Weights come from name-derived seeds: both layers start equal.
-  layers = [_Layer(8, second_expert_policy=policy, xla_islands=i).Instantiate().InstantiateVariables()
-            for i in (False, True)]
-  plain = _TrainStep(layers[0], x, paddings, outer_jit or policy != 'all')
-  islands = _TrainStep(layers[1], x, paddings, outer_jit)
+  layer = _Layer(8, second_expert_policy=policy).Instantiate().InstantiateVariables()
+  plain = _TrainStep(layer, x, paddings, policy != 'all')
+  runner = step_runner.StepRunner(sharding.Partitioner('none'), jit=False)
+  islands = _TrainStep(layer, x, paddings, False, compile_fn=runner.Compile)
   assert plain[1] > 0 and np.abs(plain[0]).max() > 0
   _AssertGradientsClose(dict(enumerate(islands)), dict(enumerate(plain)))
   for i, b in enumerate(plain):
     assert np.abs(b).max() > 0 or i == 3, i  # every output and gradient is non-zero (3: dropped fraction)
+  forward = lambda x, p: layer.FProp(x, p)[0]
+  graph = runner.Compile(forward).get_concrete_function(x, paddings).graph
+  xla_calls = [op for op in graph.get_operations() if op.type in ('PartitionedCall', 'StatefulPartitionedCall')
+               and op.node_def.attr['_XlaMustCompile'].b]
+  assert len(xla_calls) == 2  # routing + dispatch, combine
+  # Outside a graph-mode runner's trace the layer marks its islands but nothing compiles them.
+  plain_graph = tf.function(forward).get_concrete_function(x, paddings).graph
+  assert not [op for op in plain_graph.get_operations() if op.node_def.attr['_XlaMustCompile'].b]
 
 
 @pytest.mark.parametrize('outer_jit', [False, True])
@@ -188,16 +190,40 @@ def test_wi_layout_ehm_equals_emh(outer_jit):
     _Layer(8, wi_layout='mhe').Instantiate()
 
 
-def test_group_shape_splits_tokens_evenly_over_the_group_shards():
+def test_group_shape_comes_from_the_params_and_the_mesh_only_has_to_divide_it():
   layer = _Layer(4).Set(group_size=256).Instantiate()
   assert layer.GroupShape(2048) == (8, 256)
-  assert layer.GroupShape(1280) == (5, 256)  # one device: the fewest groups of at most 256 tokens
+  assert layer.GroupShape(1280) == (5, 256)  # the fewest groups of at most 256 tokens
   assert layer.GroupShape(1000) == (4, 250)
   assert layer.GroupShape(16) == (1, 16)
+  fixed = _Layer(4).Set(group_size=256, num_groups=8).Instantiate()
+  assert fixed.GroupShape(1280) == (8, 160) and fixed.GroupShape(16) == (8, 2)
+  with pytest.raises(ValueError, match='12 tokens do not split evenly into num_groups=8'):
+    fixed.GroupShape(12)
   for mesh in ('data:2,expert:4', 'data:8'):
     with sharding.use(sharding.Partitioner('dtensor', mesh)):
-      assert layer.GroupShape(1280) == (8, 160)  # 5 groups cannot be split over 2 or 8 devices
-      assert layer.GroupShape(2048) == (8, 256)
-      assert layer.GroupShape(16) == ((8, 2) if mesh == 'data:8' else (2, 8))
-      with pytest.raises(ValueError, match='7 tokens do not split evenly'):
-        layer.GroupShape(7)
+      assert layer.GroupShape(2048) == (8, 256)  # the same groups as on one device
+      assert fixed.GroupShape(1280) == (8, 160)
+      shards = 8 if mesh == 'data:8' else 2
+      with pytest.raises(ValueError, match=f'5 groups of 256 tokens cannot be split over the {shards} devices'
+                                           f".*set num_groups to a multiple of {shards}"):
+        layer.GroupShape(1280)
+
+
+@pytest.mark.parametrize('mesh', ['data:8', 'data:2,expert:4'])
+def test_explicit_num_groups_routes_a_batch_identically_on_1_and_8_devices(mesh):
+  """640 tokens: group_size 128 alone makes 5 groups of 128, which neither 8 nor 2 group shards can split (the
+  mesh used to pick other groups: other capacities, other dropped tokens). num_groups=8 fixes G everywhere."""
+  kw = dict(length=80, group_size=128, num_groups=8, eval_capacity_factor=0.25)  # _Run calls without a seed
+  y0, aux0, load0, g0, _ = _Run(sharding.Partitioner('none'), 8, **kw)
+  y1, aux1, load1, g1, _ = _Run(sharding.Partitioner('dtensor', mesh), 8, **kw)
+  np.testing.assert_allclose(y1, y0, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(aux1, aux0, rtol=1e-5)
+  np.testing.assert_allclose(load1, load0, rtol=1e-5, atol=1e-7)
+  _AssertGradientsClose(g1, g0)
+  # 8 experts x capacity 4 for ~64 real tokens a group drop real tokens (both choices over capacity: output
+  # 0): the equality above covers which ones.
+  real = tf.random.stateless_uniform([B, 80], seed=[5, 5]).numpy() >= 0.2  # _Run's paddings
+  assert np.mean(np.all(y0[real] == 0, axis=-1)) > 0.02
+  with pytest.raises(ValueError, match='5 groups of 128 tokens cannot be split over the'):
+    _Run(sharding.Partitioner('dtensor', mesh), 8, **dict(kw, num_groups=0))

@@ -7,6 +7,7 @@ from tensorflow.experimental import dtensor
 from lingvo_gshard.core import learner
 from lingvo_gshard.core import optimizers
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import moe_layer
 import mt_model_test
 
@@ -30,7 +31,7 @@ def Batch():
 
 
 @pytest.mark.parametrize('mesh,opt', [('data:2,expert:4', optimizers.Adafactor), ('data:8', optimizers.Adam)])
-def test_train_step_dtensor_matches_single_device(mesh, opt):
+def test_train_step_dtensor_matches_single_device(mesh, opt, tmp_path):
   opt_p = opt.Params().Set(learning_rate=0.01, warmup_steps=1)
   if opt is optimizers.Adam:
     # Adam's first update is lr*g/(|g|+eps), nearly sign(g): a gradient entry of ~1e-6 that two summation
@@ -59,15 +60,45 @@ def test_train_step_dtensor_matches_single_device(mesh, opt):
   e_local = 8 // dist.partitioner.mesh.AxisSize(expert_axis)
   wi = [v for p, v in dist.model.IterVariables() if p.endswith('ffn.wi') and v.shape.rank == 3]
   assert wi and all(s.shape[0] == e_local for v in wi for s in dtensor.unpack(v.read_value()))
+  if mesh == 'data:2,expert:4':
+    _CheckpointsMoveBetweenMeshes(ref, dist, batch, tmp_path)
+
+
+def _CheckpointsMoveBetweenMeshes(ref, dist, batch, tmp_path):
+  """A checkpoint of the 1-device run restores on the 8-device mesh, and the mesh's back on 1 device: each
+  continues with the losses of the run that stayed on one device (weights, Adafactor state and step)."""
+  from lingvo_gshard.train import checkpoints  # pylint: disable=g-import-not-at-top
+
+  def Save(lrn, name):
+    objects = checkpoints.CheckpointObjects(lrn.model, lrn.optimizer)
+    return tf.train.Checkpoint(step=lrn.global_step, **objects).write(str(tmp_path / name))
+
+  def Restore(lrn, path):
+    objects = checkpoints.CheckpointObjects(lrn.model, lrn.optimizer)
+    checkpoints.CheckCheckpoint(path, objects)
+    tf.train.Checkpoint(step=lrn.global_step, **objects).read(path).assert_consumed()
+
+  ref.TrainStep(batch)
+  at_2 = Save(ref, 'one')
+  want = [float(ref.TrainStep(batch)['loss']) for _ in range(2)]  # the uninterrupted steps 3 and 4
+  Restore(dist, at_2)
+  np.testing.assert_allclose(float(dist.Fetch(dist.TrainStep(batch)['loss'])), want[0], rtol=1e-5)
+  Restore(ref, Save(dist, 'eight'))  # ref goes back to step 3, where the mesh left it
+  assert int(ref.Fetch(ref.global_step)) == 3
+  np.testing.assert_allclose(float(ref.TrainStep(batch)['loss']), want[1], rtol=1e-5)
 
 
 def test_graph_mode_with_xla_islands_matches_jit():
-  """The CPU fast path (TF graph step, MoE routing in XLA islands) trains exactly like the jit step."""
+  """The CPU fast path (TF graph step, MoE routing and the losses in XLA islands) trains exactly like the
+  jit step; the rule that picks it depends on the CPU's AVX-512, whatever the machine running the test."""
+  assert step_runner.DefaultJit(frozenset({'avx2', 'fma'}))[0] is True
+  assert step_runner.DefaultJit(frozenset({'avx2', 'avx512f'}))[0] is (
+      bool(tf.config.list_physical_devices('GPU')))
   opt_p = optimizers.Adafactor.Params().Set(learning_rate=0.01, warmup_steps=1)
-  jit = learner.Learner(TinyMoE(), opt_p, sharding.Partitioner('none'))
-  graph_partitioner = sharding.Partitioner('none', jit=False)
-  assert graph_partitioner.graph_mode
-  graph = learner.Learner(TinyMoE(), opt_p, graph_partitioner)
+  one = sharding.Partitioner('none')
+  jit = learner.Learner(TinyMoE(), opt_p, one, runner=step_runner.StepRunner(one, jit=True))
+  graph = learner.Learner(TinyMoE(), opt_p, one, runner=step_runner.StepRunner(one, jit=False))
+  assert (jit.runner.mode, graph.runner.mode) == ('jit', 'graph')
   batch = Batch()
   m_jit, m_graph = jit.TrainStep(batch), graph.TrainStep(batch)
   for k in ('loss', 'aux_loss', 'grad_norm'):
@@ -111,8 +142,9 @@ def test_xla_step_runs_through_the_strategy_like_without_it():
   run by `strategy.run` inside the compiled function, and the same losses and weights as the plain xla step."""
   opt_p = optimizers.Adafactor.Params().Set(learning_rate=0.01, warmup_steps=1)
   strategy = _CountingStrategy('/cpu:0')
+  mesh = sharding.Partitioner('xla', 'data:2,expert:4')
   with strategy.scope():
-    dist = learner.Learner(TinyMoE(), opt_p, sharding.Partitioner('xla', 'data:2,expert:4', strategy=strategy))
+    dist = learner.Learner(TinyMoE(), opt_p, mesh, runner=step_runner.StepRunner(mesh, strategy=strategy))
   plain = learner.Learner(TinyMoE(), opt_p, sharding.Partitioner('xla', 'data:2,expert:4'))
   for _ in range(2):
     m_dist, m_plain = dist.TrainStep(Batch()), plain.TrainStep(Batch())
@@ -123,4 +155,8 @@ def test_xla_step_runs_through_the_strategy_like_without_it():
   for path, v in dist.Weights().items():
     np.testing.assert_allclose(v, w[path], rtol=1e-5, atol=1e-6, err_msg=path)
   with pytest.raises(sharding.mesh_lib.MeshError, match='strategy runs the xla backend'):
-    sharding.Partitioner('none', strategy=strategy)
+    step_runner.StepRunner(sharding.Partitioner('none'), strategy=strategy)
+  with pytest.raises(sharding.mesh_lib.MeshError, match='choose how the none backend runs'):
+    step_runner.StepRunner(mesh, jit=False)
+  with pytest.raises(ValueError, match='runs another partitioner'):
+    learner.Learner(TinyMoE(), opt_p, mesh, runner=step_runner.StepRunner(sharding.Partitioner('none')))

@@ -17,6 +17,7 @@ import tensorflow as tf
 from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.train import dev_eval
+from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
 import trainer_test
 from trainer_test import data_dir  # pylint: disable=unused-import  (the corpus fixture)
@@ -110,7 +111,7 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(data_dir, whole, t
   logdir = _Copy(whole[0], tmp_path)
   _Truncate(str(logdir / 'ckpt-3'))
   _Truncate(str(logdir / 'ckpt-6'))
-  with pytest.raises(trainer_lib.CheckpointMismatchError, match='none of its 2 checkpoints can be read'):
+  with pytest.raises(checkpoints.CheckpointMismatchError, match='none of its 2 checkpoints can be read'):
     _Train(data_dir, logdir, [], max_steps=6)
   assert (logdir / 'ckpt-6.index').exists()
 
@@ -121,7 +122,7 @@ def test_another_models_checkpoint_is_refused_before_params_are_rewritten(data_d
 
   class _Wider(_Exp):
     MODEL_DIM = 48
-  with pytest.raises(trainer_lib.CheckpointMismatchError, match='does not match the model'):
+  with pytest.raises(checkpoints.CheckpointMismatchError, match='does not match the model'):
     trainer_lib.Trainer(_Wider(data_dir), sharding.Partitioner('none'), str(logdir), log=lambda l: None)
   assert (logdir / 'params.txt').read_text() == before
 

@@ -9,8 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from lingvo_gshard.core import sharding
+from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
 from lingvo_gshard.params import m4_tiny
 import input_helpers
@@ -61,6 +63,20 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   summary = open(os.path.join(logdir, 'post_init_model_params.txt')).read()
   assert 'encoder.layers_1.ffn.wi' in summary and "logical=('expert', 'model', 'hidden')" in summary
   assert os.listdir(os.path.join(logdir, 'train')) and os.listdir(os.path.join(logdir, 'dev'))
+  events = _Events(os.path.join(logdir, 'train'))
+  # Per MoE layer, the per-expert vectors as histograms over the 4 experts (counts add up to E) at each log
+  # step, with their extremes as scalars; and the run's params as text.
+  for layer in ('encoder/layers_1', 'decoder/layers_1'):
+    for name in ('load', 'expert_fill'):
+      hists = events[f'moe/{layer}/{name}']
+      assert [step for step, _ in hists] == [2, 4, 6], (layer, name)
+      counts = tf.make_ndarray(hists[-1][1].tensor)[:, 2]
+      assert counts.sum() == 4 and hists[-1][1].metadata.plugin_data.plugin_name == 'histograms'
+    load_max = tf.make_ndarray(events[f'moe/{layer}/load_max'][-1][1].tensor)
+    assert 0.25 <= load_max <= 1.0
+    assert 0.0 <= tf.make_ndarray(events[f'moe/{layer}/expert_fill_min'][-1][1].tensor) <= 1.0
+  text = tf.make_ndarray(events['params'][0][1].tensor).item().decode()
+  assert 'task.encoder.moe_tpl.num_experts : 4' in text
   weights = trainer.learner.Weights()
 
   # A new trainer on the same logdir resumes at step 6 with the same weights, and goes on to 8.
@@ -73,7 +89,7 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   assert resumed.Step() == 8
   assert any('restored' in l and 'ckpt-6' in l for l in lines)
   # Every save logs its step and the training wall-clock so far, which adds up across the resume.
-  rows = [json.loads(l) for l in open(os.path.join(logdir, trainer_lib.CHECKPOINT_LOG))]
+  rows = [json.loads(l) for l in open(os.path.join(logdir, checkpoints.CHECKPOINT_LOG))]
   assert [r['step'] for r in rows] == [3, 6, 8] and [r['checkpoint'] for r in rows] == ['ckpt-3', 'ckpt-6', 'ckpt-8']
   assert 0 < rows[0]['train_seconds'] < rows[1]['train_seconds'] < rows[2]['train_seconds']
 
@@ -95,6 +111,16 @@ def test_trainer_tool_errors_are_one_line(tmp_path):
     err = [l for l in out.stderr.splitlines() if l.startswith('trainer:')]
     assert out.returncode == 1, out.stderr[-2000:]
     assert len(err) == 1 and message in err[0], out.stderr[-2000:]
+
+
+def _Events(directory):
+  """tag -> [(step, summary value)] of every TensorBoard event file in `directory`."""
+  out = {}
+  for name in sorted(os.listdir(directory)):
+    for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+      for value in event.summary.value:
+        out.setdefault(value.tag, []).append((event.step, value))
+  return out
 
 
 def _Losses(lines):

@@ -48,6 +48,7 @@ def main(argv):
     print(f'decode_benchmark: needs torch and transformers (pip install -e ".[bench]"): {e}', file=sys.stderr)
     return 1
   from lingvo_gshard.bench import decode  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.bench import timing  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import experiment  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
@@ -75,7 +76,7 @@ def main(argv):
     print(f'decode_benchmark: fewer than --batch_size={_BATCH.value} sentences', file=sys.stderr)
     return 1
   hf = decode.HuggingFace(ours.params, _BEAM.value, _LENGTH.value)
-  out = {'matmul_gflops': decode.MatmulRate(), 'beam_size': _BEAM.value, 'length': _LENGTH.value,
+  out = {'matmul_gflops': timing.MatmulRate(), 'beam_size': _BEAM.value, 'length': _LENGTH.value,
          'batch_size': _BATCH.value, 'sentences': sum(len(b) for b in batches),
          'threads': {'tf_intra_op': tf_threads(), 'torch': torch.get_num_threads()}}
   out['ours'] = decode.TimeDecoder(ours, batches, _ROUNDS.value)

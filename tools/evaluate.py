@@ -14,10 +14,11 @@ from the pattern's newest results of the same set, and delta-BLEU is printed and
 to low resource, as in the paper. Every flag is checked before decoding; bad input exits 1 with one line.
 """
 import os
-import sys
 
 from absl import app
 from absl import flags
+
+from lingvo_gshard.tools import _common
 
 _MODEL = flags.DEFINE_string('model', None, 'Registered experiment that was trained in --logdir.')
 _LOGDIR = flags.DEFINE_string('logdir', None, 'The trainer\'s log directory (params.txt, checkpoints).')
@@ -40,8 +41,7 @@ flags.mark_flags_as_required(['model', 'logdir'])
 
 
 def _Fail(message):
-  print(f'evaluate: {message}', file=sys.stderr)
-  sys.exit(1)
+  _common.Fail('evaluate', message)
 
 
 def _CheckFlags():
@@ -97,23 +97,17 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   _CheckFlags()
-  from absl import logging  # pylint: disable=g-import-not-at-top
-  logging.set_verbosity(logging.WARNING)
-  from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
+  _common.QuietLogs()
   from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
   log = lambda line: print(line, flush=True)
-  registry.LoadAll()
   try:
-    exp = registry.Get(_MODEL.value)
+    exp = _common.Experiment(_MODEL.value)
     results, ev, ts, manifest = decode_job.Decode(
         exp, _LOGDIR.value, _DATA_DIR.value, _SPLIT.value, _TEST_DIR.value, _LANGUAGES.value,
         _MAX_SENTENCES.value, _BEAM.value, _ALPHA.value, _BATCH_TOKENS.value, _CHECKPOINT.value,
         _EXAMPLES.value, log=log)
-  except (registry.RegistryError, report.DataError, hyperparams.ParamsError, FileNotFoundError,
-          ValueError) as e:
+  except _common.UserErrors() as e:
     _Fail(str(e))
   baselines = {}
   if _BASELINES.value:

@@ -11,7 +11,6 @@ Tokens are the non-padding source plus target tokens of the rows the pipeline yi
 batches after --warmup_batches (the first batch also waits for the shuffle buffers: reported apart).
 --model_tokens_per_sec, if given, adds the ratio to what a model consumes (the issue asks for >= 5x).
 """
-import collections
 import json
 import math
 import sys
@@ -21,6 +20,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from lingvo_gshard.bench import input_speed
 from lingvo_gshard.data import report
 from lingvo_gshard.input import mixture
 from lingvo_gshard.input import pipeline
@@ -56,53 +56,6 @@ def _Log(line):
   print(line, file=sys.stderr, flush=True)
 
 
-def Throughput(inp, warmup, batches):
-  """Reads warmup + batches batches; returns the figures of the timed ones."""
-  start = time.time()
-  it = inp.Dataset().as_numpy_iterator()
-  next(it)
-  first = time.time() - start
-  for _ in range(warmup):
-    next(it)
-  before = inp.Stats()
-  src_tokens = tgt_tokens = rows = examples = 0
-  start, cpu = time.time(), time.process_time()
-  for _ in range(batches):
-    b = next(it)
-    src_tokens += int((b['src_segment_ids'] > 0).sum())
-    tgt_tokens += int(b['tgt_weights'].sum())
-    rows += b['src_ids'].shape[0]
-    examples += int(b['tgt_segment_ids'].max(axis=1).sum())  # Segments are numbered 1..k in each row.
-  seconds, cpu = time.time() - start, time.process_time() - cpu
-  after = inp.Stats()
-  ls, lt = inp.RowLengths()
-  read = after['examples'] - before['examples']
-  # 7 decimals of seconds: on a tiny corpus the timed batches take ~2 ms, and 4 would skew tokens/s by 2%.
-  return {
-      'first_batch_seconds': round(first, 2), 'timed_batches': batches, 'seconds': round(seconds, 7),
-      'source_tokens': src_tokens, 'target_tokens': tgt_tokens, 'rows': rows, 'examples': examples,
-      'process_cpu_seconds': round(cpu, 2),
-      'tokens_per_sec': round((src_tokens + tgt_tokens) / seconds),
-      'target_tokens_per_sec': round(tgt_tokens / seconds),
-      'source_tokens_per_sec': round(src_tokens / seconds),
-      'examples_per_sec': round(examples / seconds), 'batches_per_sec': round(batches / seconds, 2),
-      'examples_per_row': round(examples / rows, 2),
-      'source_fill': round(src_tokens / (rows * ls), 4), 'target_fill': round(tgt_tokens / (rows * lt), 4),
-      'dropped_fraction': round((after['dropped'] - before['dropped']) / max(read, 1), 4),
-      'row_lengths': [ls, lt], 'batch_rows': inp.p.batch_rows,
-  }
-
-
-def Distribution(inp, draws):
-  """Expected shares against shares observed in `draws` mixture draws, and the chi-square statistic."""
-  expected = inp.EffectiveDistribution()
-  seen = collections.Counter(x['lang'].decode() for x in inp.Mixture().take(draws).as_numpy_iterator())
-  chi2 = sum((seen[k] - draws * w) ** 2 / (draws * w) for k, w in expected.items())
-  return {'expected': {k: round(v, 5) for k, v in expected.items()},
-          'observed': {k: round(seen[k] / draws, 5) for k in expected},
-          'draws': draws, 'chi2': round(chi2, 1), 'dof': len(expected) - 1}
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -116,8 +69,8 @@ def main(argv):
     counts = inp.Counts()
     describe = mixture.Describe(counts, mixture.TemperatureWeights(counts, inp.p.temperature),
                                 inp.p.temperature)
-    figures = Throughput(inp, _WARMUP.value, _BATCHES.value)
-    dist = Distribution(inp, _DRAWS.value) if _DRAWS.value else None
+    figures = input_speed.Throughput(inp, _WARMUP.value, _BATCHES.value)
+    dist = input_speed.Distribution(inp, _DRAWS.value) if _DRAWS.value else None
   except report.DataError as e:
     print(f'input_benchmark: error: {e}', file=sys.stderr)
     return 1

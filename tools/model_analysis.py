@@ -26,19 +26,6 @@ _TOKENS = flags.DEFINE_integer('tokens_per_step', 0, 'Tokens per step; default: 
 _OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Task params overrides, e.g. num_heads=8.')
 
 
-def AnalyzeExperiment(name: str, mesh: str = '', seq_len: int = 256, tokens_per_step: int = 0,
-                      overrides: str = '') -> analysis.Analysis:
-  exp = registry.Get(name)
-  task = exp.Task()
-  if overrides:
-    task.Override(overrides)
-  model = task.Instantiate()
-  partitioner = exp.Partitioner('xla', mesh or exp.DEFAULT_MESH)
-  tokens = tokens_per_step or exp.TokensPerStep() or seq_len
-  return analysis.Analyze(registry.REGISTRY.KeyOf(type(exp)).rsplit('.', 1)[-1], model, partitioner,
-                          tokens_per_step=tokens, seq_len=seq_len)
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -51,7 +38,7 @@ def main(argv):
   else:
     raise app.UsageError('give --model=NAME or --family')
   try:
-    rows = [AnalyzeExperiment(n, _MESH.value, _SEQ_LEN.value, _TOKENS.value, _OVERRIDES.value) for n in names]
+    rows = [analysis.AnalyzeExperiment(n, _MESH.value, _SEQ_LEN.value, _TOKENS.value, _OVERRIDES.value) for n in names]
   except (registry.RegistryError, mesh_lib.MeshError, hyperparams.ParamsError, ValueError) as e:
     raise app.UsageError(str(e))
   if _JSON.value:

@@ -18,10 +18,11 @@ process), eval (watch --logdir and write the dev loss of each new checkpoint, ov
 the final step's), decode (beam search over every language's test split for the latest or --checkpoint, BLEU
 and chrF into --logdir/decode_test/; the same code path as tools/evaluate.py).
 """
-import sys
 
 from absl import app
 from absl import flags
+
+from lingvo_gshard.tools import _common
 
 _MODEL = flags.DEFINE_string('model', None, 'Registered experiment, e.g. M4TinyMoE.')
 _MODE = flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'train_and_eval', 'eval', 'decode'],
@@ -37,10 +38,9 @@ _BACKEND = flags.DEFINE_enum('backend', 'none', ['none', 'dtensor', 'xla'], 'Sha
 _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: the experiment\'s.')
 _VIRTUAL = flags.DEFINE_integer('virtual_devices', 0, 'Split the CPU into this many logical devices.')
 _TPU = flags.DEFINE_string('tpu', None, 'Cloud TPU name or address (xla backend on TPU).')
-_JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps (default with a GPU). --nojit '
-                         '(default on a CPU-only machine) runs TF graphs with XLA islands around MoE routing: '
-                         'oneDNN matmuls make M4Tiny steps 1.25-1.4x faster on a CPU '
-                         '(tools/model_benchmark.py).')
+_JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps; --nojit: TF graphs with XLA '
+                         'islands around MoE routing and the losses. Default: the step runner\'s rule for this '
+                         'machine (jit on accelerators and CPUs without AVX-512; printed at start-up).')
 _MAX_STEPS = flags.DEFINE_integer('max_steps', None, 'Override the experiment\'s max_steps.')
 _OVERRIDES = flags.DEFINE_string(
     'model_params_override', '', 'Params overrides, keys as params.txt prints them: Lingvo\'s '
@@ -50,16 +50,12 @@ flags.mark_flags_as_required(['model', 'logdir'])
 
 
 def _Fail(message, code=1):
-  print(f'trainer: {message}', file=sys.stderr)
-  sys.exit(code)
+  _common.Fail('trainer', message, code)
 
 
-def _Partitioner(exp, tf):
-  jit = _JIT.value
-  if jit is None:  # TF graphs + islands only on a CPU-only machine's none backend
-    jit = _BACKEND.value != 'none' or bool(tf.config.list_physical_devices('GPU'))
-  kwargs = {} if jit else {'jit': False}
-  return exp.Partitioner(_BACKEND.value, _MESH.value or None, **kwargs)
+def _Runner(exp):
+  from lingvo_gshard.core import step_runner  # pylint: disable=g-import-not-at-top
+  return step_runner.StepRunner(exp.Partitioner(_BACKEND.value, _MESH.value or None), jit=_JIT.value)
 
 
 def main(argv):
@@ -67,51 +63,44 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if _MAX_SENTENCES.value < 0:
     _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
-  from absl import logging  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  logging.set_verbosity(logging.WARNING)  # TFDS logs a line per language slice it opens
+  _common.QuietLogs()
   if _VIRTUAL.value:
     cpus = tf.config.list_physical_devices('CPU')
     tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] *
                                                _VIRTUAL.value)
-  from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.core import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import tpu  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   log = lambda line: print(line, flush=True)
-  errors = (registry.RegistryError, mesh_lib.MeshError, hyperparams.ParamsError, report.DataError, ValueError,
-            FileNotFoundError, trainer_lib.CheckpointMismatchError)
-  registry.LoadAll()
   try:
-    exp = registry.Get(_MODEL.value)
+    exp = _common.Experiment(_MODEL.value)
     if _MODE.value in ('eval', 'decode'):
-      _RunEvalOrDecode(exp, tf, log)
+      _RunEvalOrDecode(exp, log)
       return
     if _TPU.value is not None:
-      from lingvo_gshard.core import tpu  # pylint: disable=g-import-not-at-top
-      strategy, partitioner = tpu.CreateTPUStrategy(exp.Mesh(_MESH.value or None), exp.ShardingRules(),
-                                                    _TPU.value)
+      strategy, runner = tpu.CreateTPUStrategy(exp.Mesh(_MESH.value or None), exp.ShardingRules(), _TPU.value)
       with strategy.scope():
-        trainer = trainer_lib.Trainer(exp, partitioner, _LOGDIR.value, _DATA_DIR.value, _OVERRIDES.value,
-                                      _MAX_STEPS.value, log=log)
+        trainer = trainer_lib.Trainer(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value,
+                                      _OVERRIDES.value, _MAX_STEPS.value, log=log, runner=runner)
     else:
-      trainer = trainer_lib.Trainer(exp, _Partitioner(exp, tf), _LOGDIR.value, _DATA_DIR.value,
-                                    _OVERRIDES.value, _MAX_STEPS.value, log=log)
+      runner = _Runner(exp)
+      trainer = trainer_lib.Trainer(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value, _OVERRIDES.value,
+                                    _MAX_STEPS.value, log=log, runner=runner)
     trainer.Train(evaluate=_MODE.value == 'train_and_eval')
   except trainer_lib.Preempted as e:
     _Fail(str(e), 128 + e.signum)
-  except errors + (FloatingPointError,) as e:
+  except _common.UserErrors() + (FloatingPointError,) as e:
     _Fail(str(e))
 
 
-def _RunEvalOrDecode(exp, tf, log):
+def _RunEvalOrDecode(exp, log):
   if _OVERRIDES.value or _MAX_STEPS.value is not None:
     raise ValueError(f'--mode={_MODE.value} restores the run as it was trained (its params.txt); '
                      '--model_params_override and --max_steps apply to training only')
   if _MODE.value == 'eval':
     from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
-    evaler = dev_eval.DevEvaler(exp, _Partitioner(exp, tf), _LOGDIR.value, _DATA_DIR.value, log=log)
+    runner = _Runner(exp)
+    evaler = dev_eval.DevEvaler(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value, log=log, runner=runner)
     n = evaler.Watch(timeout=_EVAL_TIMEOUT.value)
     log(f'evaluated {n} checkpoints; dev losses in {_LOGDIR.value}/{dev_eval.DEV_LOG}')
     return

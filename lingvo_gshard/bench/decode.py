@@ -20,19 +20,6 @@ from lingvo_gshard.models import decoding
 PAD, EOS, START = 0, 1, 2
 
 
-def MatmulRate(dim: int = 2048, repeats: int = 5) -> float:
-  """GFLOP/s of a jit-compiled float32 dim^3 matmul: the machine's reference rate."""
-  a = tf.random.normal([dim, dim])
-  f = tf.function(lambda x: tf.matmul(x, x), jit_compile=True)
-  f(a).numpy()
-  best = float('inf')
-  for _ in range(repeats):
-    start = time.perf_counter()
-    f(a).numpy()
-    best = min(best, time.perf_counter() - start)
-  return 2 * dim ** 3 / best / 1e9
-
-
 def Batches(sentences: Sequence[Sequence[int]], batch_size: int, max_len: int) -> List[np.ndarray]:
   """[batch_size, L] id matrices (L = the batch's longest, capped at max_len; eos appended; 0-padded)."""
   out = []

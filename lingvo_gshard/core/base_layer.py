@@ -57,10 +57,17 @@ class WeightSpec:
   init: WeightInit = WeightInit()
   dtype: tf.dtypes.DType = tf.float32
   trainable: bool = True
+  # A weight kept with its dims permuted for speed names how to get the canonical layout back: canonical =
+  # transpose(weight, checkpoint_perm). Checkpoints and the initial random draw use the canonical layout, so
+  # neither depends on the storage choice.
+  checkpoint_perm: Optional[Tuple[int, ...]] = None
 
   def __post_init__(self):
     if len(self.shape) != len(self.logical_axes):
       raise ValueError(f'weight shape {self.shape} and logical axes {self.logical_axes} differ in rank')
+    if self.checkpoint_perm is not None and sorted(self.checkpoint_perm) != list(range(len(self.shape))):
+      raise ValueError(f'checkpoint_perm {self.checkpoint_perm} is not a permutation of the dims of shape '
+                       f'{self.shape}')
 
   @property
   def size(self) -> int:
@@ -73,7 +80,17 @@ def _Seed(path: str, global_seed: int) -> Tuple[int, int]:
 
 
 def InitialValue(spec: WeightSpec, path: str, global_seed: int = 1234) -> tf.Tensor:
-  """The full initial value of a weight: a pure function of (spec, path, seed)."""
+  """The full initial value of a weight: a pure function of (spec, path, seed), drawn in the canonical layout
+  (a weight stored permuted starts as the permuted canonical draw)."""
+  perm = spec.checkpoint_perm
+  if perm is not None:
+    init = spec.init
+    if init.fan_in_axes is not None:  # stored dims -> the canonical dims they become
+      init = dataclasses.replace(init, fan_in_axes=tuple(perm.index(a % len(perm)) for a in init.fan_in_axes))
+    canonical = dataclasses.replace(spec, shape=tuple(spec.shape[a] for a in perm),
+                                    logical_axes=tuple(spec.logical_axes[a] for a in perm), init=init,
+                                    checkpoint_perm=None)
+    return tf.transpose(InitialValue(canonical, path, global_seed), [perm.index(i) for i in range(len(perm))])
   shape, init = list(spec.shape), spec.init
   seed = _Seed(path, global_seed)
   if init.method == 'constant':

@@ -7,7 +7,7 @@ warm-up steps), or a warm-up followed by a linear or cosine decay that ends at `
 known length (a wall-clock budget on a CPU) learns fastest with.
 """
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -97,6 +97,21 @@ class Optimizer:
   def SlotSpecs(self, spec) -> Dict[str, Tuple[Tuple[int, ...], Tuple]]:
     raise NotImplementedError
 
+  def CanonicalSlots(self, spec, slots: Dict[str, tf.Variable]) -> Dict[str, Tuple[tf.Variable, Optional[Tuple]]]:
+    """{checkpoint slot name: (slot variable, perm)} of a weight kept in a permuted layout
+    (`spec.checkpoint_perm`), so its checkpoint holds the slots the canonical layout would have: a slot of the
+    weight's shape is permuted like the weight; any other slot needs the optimizer's own rule."""
+    perm = spec.checkpoint_perm
+    if perm is None:
+      return {name: (v, None) for name, v in slots.items()}
+    out = {}
+    for name, v in slots.items():
+      if tuple(v.shape) != tuple(spec.shape):
+        raise NotImplementedError(f'{type(self).__name__}: slot {name} {tuple(v.shape)} of a weight stored '
+                                  f'permuted {perm} has no canonical layout rule')
+      out[name] = (v, perm)
+    return out
+
   def Apply(self, grads: Sequence[tf.Tensor], step) -> tf.Tensor:
     """Updates every variable from its gradient (same order as CreateSlots); returns the learning rate."""
     grads = [tf.cast(g, tf.float32) for g in grads]
@@ -172,6 +187,18 @@ class Adafactor(Optimizer):
     shape, axes = tuple(spec.shape), tuple(spec.logical_axes)
     # Rows average over the last dim, columns over the second to last; the other axes keep their layout.
     return {'v_row': (shape[:-1], axes[:-1]), 'v_col': (shape[:-2] + shape[-1:], axes[:-2] + axes[-1:])}
+
+  def CanonicalSlots(self, spec, slots):
+    perm = spec.checkpoint_perm
+    n = len(spec.shape)
+    if perm is None or not self._Factored(spec) or tuple(perm[:-2]) != tuple(range(n - 2)):
+      return super().CanonicalSlots(spec, slots)
+    if tuple(perm[-2:]) == (n - 2, n - 1):
+      return {name: (v, None) for name, v in slots.items()}
+    # The last two dims swapped: the stored weight's row statistics are the canonical one's column
+    # statistics and the other way round (same values, no transpose). The update is the same either way:
+    # it is g_ij / sqrt(r_i c_j / mean(r)), and mean(r) = mean(c) = mean(g^2) + epsilon1 at every step.
+    return {'v_row': (slots['v_col'], None), 'v_col': (slots['v_row'], None)}
 
   def Update(self, value, grad, slots, lr, step):
     # Written for few passes over weight-sized tensors (each is a separate kernel in a TF-graph step, and

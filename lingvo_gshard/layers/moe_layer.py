@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import sharding
+from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import basic
 from lingvo_gshard.layers import gating as gating_lib
 from lingvo_gshard.layers import moe
@@ -26,7 +27,12 @@ class MoELayer(base_layer.BaseLayer):
     p.Define('input_dim', 0, 'M.')
     p.Define('hidden_dim', 0, 'H of each expert (the dense FFN\'s H).')
     p.Define('num_experts', 16, 'E: experts in this layer.')
-    p.Define('group_size', 1024, 'S: tokens routed together (capacity is per group); fewer tokens = 1 group.')
+    p.Define('group_size', 1024, 'S: tokens routed together (capacity is per group); fewer tokens = 1 group. '
+             'Ignored when num_groups is set.')
+    p.Define('num_groups', 0,
+             'G: groups the tokens of a call are split into (Praxis\'s num_groups; typically the devices of '
+             "the mesh's group axis). 0: the fewest groups of at most group_size tokens that split them "
+             'evenly. Either way G does not depend on the mesh, which must divide it.')
     p.Define('capacity_factor', 2.0, 'Training capacity factor: C = int(S*cf/E) (2.0 = the paper\'s 2S/E).')
     p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation and decoding.')
     p.Define('min_capacity', 4, 'Lower bound of C (then rounded up to a multiple of 4).')
@@ -38,13 +44,8 @@ class MoELayer(base_layer.BaseLayer):
     p.Define('wi_layout', 'emh',
              "Storage of the first expert matmul: 'emh' ([E,M,H], the paper's) or 'ehm' ([E,H,M], used "
              "transposed): same values; 'ehm' is faster for TF graph steps on CPUs with many experts, 'emh' "
-             'for jit-compiled steps on CPUs (see moe.moe_ffn). Part of the checkpoint layout.')
-    p.Define('xla_islands', None,
-             'Routing + dispatch and combine as XLA-compiled islands, the expert matmuls on TF kernels (see '
-             'moe.moe_ffn): ~5% faster than a plain TF graph and ~20% faster than a jit-compiled step on the '
-             '2-core CPU (E=16), same values. None: on when the current partitioner runs steps as TF graphs '
-             '(none backend, jit=False); inside a jit-compiled step islands change nothing; under DTensor '
-             'they give the same values but are unmeasured, so auto leaves them off.')
+             'for jit-compiled steps on CPUs (see moe.moe_ffn). Checkpoints hold [E,M,H] either way (and the '
+             'initial values are the same): a checkpoint restores whatever this setting.')
     return p
 
   def __init__(self, params):
@@ -66,24 +67,33 @@ class MoELayer(base_layer.BaseLayer):
     if p.wi_layout == 'emh':
       wi = WeightSpec((e, m, h), ('expert', 'model', 'hidden'), WeightInit.FanIn(fan_in_axes=(1,)))
     else:
-      wi = WeightSpec((e, h, m), ('expert', 'hidden', 'model'), WeightInit.FanIn(fan_in_axes=(2,)))
+      wi = WeightSpec((e, h, m), ('expert', 'hidden', 'model'), WeightInit.FanIn(fan_in_axes=(2,)),
+                      checkpoint_perm=(0, 2, 1))
     self.CreateWeight('wi', wi)
     self.CreateWeight('wo', WeightSpec((e, h, m), ('expert', 'hidden', 'model'),
                                        WeightInit.FanIn(fan_in_axes=(1,))))
 
   def GroupShape(self, num_tokens: int):
-    """(G, S) for `num_tokens` tokens: the fewest groups of at most `group_size` tokens that split them evenly,
-    in a multiple of the devices the 'group' axis is split over (each device routes whole groups, the paper's
-    layout). 1280 tokens with group_size 256: 5 groups of 256 on one device, 8 of 160 over data:2 or data:8.
+    """(G, S) for `num_tokens` tokens, from the params alone (never from the mesh, so a batch routes the same
+    on 1 and on 8 devices): `num_groups` groups if set, else the fewest groups of at most `group_size` tokens
+    that split the tokens evenly (1280 tokens, group_size 256: 5 groups of 256). The mesh only has to divide
+    G over the devices of the 'group' axis (each device routes whole groups, the paper's layout); if it does
+    not, ValueError names the fix (set num_groups to a multiple of them).
     """
+    p = self.p
+    if p.num_groups:
+      g = p.num_groups
+      if num_tokens % g:
+        raise ValueError(f'{self.path}: {num_tokens} tokens do not split evenly into num_groups={g} groups')
+    else:
+      g = -(-num_tokens // p.group_size)  # ceil
+      while num_tokens % g:
+        g += 1
     shards = self._GroupShards()
-    g = -(-num_tokens // self.p.group_size)  # ceil
-    g = -(-g // shards) * shards
-    while g <= num_tokens and num_tokens % g:
-      g += shards
-    if g > num_tokens:
-      raise ValueError(f'{self.path}: {num_tokens} tokens do not split evenly into a multiple of {shards} groups '
-                       f'(the group axis shards) of at most {self.p.group_size} tokens')
+    if g % shards:
+      raise ValueError(f'{self.path}: {g} groups of {num_tokens // g} tokens cannot be split over the {shards} '
+                       f"devices of the mesh's group axis; set num_groups to a multiple of {shards} that "
+                       f'divides the {num_tokens} tokens')
     return g, num_tokens // g
 
   def _GroupShards(self) -> int:
@@ -105,7 +115,7 @@ class MoELayer(base_layer.BaseLayer):
         dispatch=p.dispatch, gating=p.gating, second_expert_policy=policy, paddings=pg,
         seed=base_layer.FoldSeed(seed, f'{self.path}.route') if policy != 'all' else None,
         activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard,
-        xla_islands=sharding.current().graph_mode if p.xla_islands is None else p.xla_islands,
+        island=step_runner.Island,  # XLA islands where the step runner compiles them (TF-graph steps)
         wi_layout=p.wi_layout)
     y = sharding.shard(tf.reshape(y, [b, l, m]), ('batch', 'length', 'model'))
     return y, aux, stats

@@ -18,6 +18,7 @@ import math
 from typing import Dict, List
 
 from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import registry
 from lingvo_gshard.core import sharding
 from lingvo_gshard.layers import attention
 from lingvo_gshard.layers import gating as gating_lib
@@ -106,10 +107,10 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
   a2a = 0
   if moes:
     l = moes[0]
-    # Groups of group_size tokens. MoELayer.GroupShape may form more, smaller ones (to split the tokens
-    # evenly over the group shards); E·G·C, the buffer, stays about the same.
-    s = min(l.p.group_size, int(tokens_per_step))
-    g = math.ceil(tokens_per_step / s)
+    # num_groups groups, or groups of about group_size tokens (MoELayer.GroupShape needs the exact token
+    # count to split them evenly; E·G·C, the buffer, is about the same).
+    g = l.p.num_groups or math.ceil(tokens_per_step / l.p.group_size)
+    s = max(int(tokens_per_step) // g, 1)
     c = gating_lib.expert_capacity(s, l.p.num_experts, l.p.capacity_factor, l.p.min_capacity)
     buffer_bytes = l.p.num_experts * g * c * l.p.input_dim * 4
     a2a = int(4 * buffer_bytes / mesh.size * (mesh.size - 1) / mesh.size)
@@ -145,3 +146,18 @@ def _Bytes(n: float) -> str:
     if n >= div:
       return f'{n / div:.2f}{unit}'
   return f'{int(n)}B'
+
+
+def AnalyzeExperiment(name: str, mesh: str = '', seq_len: int = 256, tokens_per_step: int = 0,
+                      overrides: str = '') -> Analysis:
+  """Analyze() of the registered experiment `name` (registry.LoadAll() first) on `mesh` (default: its own)
+  with the xla backend, which builds no devices: any mesh can be analysed on one machine."""
+  exp = registry.Get(name)
+  task = exp.Task()
+  if overrides:
+    task.Override(overrides)
+  model = task.Instantiate()
+  partitioner = exp.Partitioner('xla', mesh or exp.DEFAULT_MESH)
+  tokens = tokens_per_step or exp.TokensPerStep() or seq_len
+  return Analyze(registry.REGISTRY.KeyOf(type(exp)).rsplit('.', 1)[-1], model, partitioner,
+                          tokens_per_step=tokens, seq_len=seq_len)

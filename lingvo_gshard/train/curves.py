@@ -11,13 +11,13 @@ import json
 import os
 from typing import Dict, List
 
-from lingvo_gshard.train import trainer
+from lingvo_gshard.train import checkpoints
 
 
 def Points(logdir: str, test_set: str, average: str = 'top10') -> List[Dict]:
   """Evaluated checkpoints of one run, by step: {'step', 'train_seconds', 'bleu', 'chrf', 'languages',
   'sentences'} with BLEU/chrF the `average` of results.json ('top10', 'high', 'all', ...)."""
-  log_path = os.path.join(logdir, trainer.CHECKPOINT_LOG)
+  log_path = os.path.join(logdir, checkpoints.CHECKPOINT_LOG)
   seconds = {}
   if os.path.exists(log_path):
     with open(log_path) as f:

@@ -1,6 +1,9 @@
 """Decoding a trained run's test set and reporting it: one code path for `tools/evaluate.py` and the
 trainer's `--mode=decode` (and `train_and_eval`'s final decode)."""
+import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
 
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.data import reader
@@ -25,7 +28,24 @@ def Decode(exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', spli
     log('skipped: ' + ', '.join(f'{k} {v}' for k, v in ts.skipped.items()))
   if not ts.pairs:
     raise ValueError(f'nothing to decode in {ts.name}')
-  return ev.Evaluate(ts, examples=examples), ev, ts, manifest
+  results = ev.Evaluate(ts, examples=examples)
+  WriteSummaries(results, os.path.dirname(ev.ResultDir(ts.name)))
+  return results, ev, ts, manifest
+
+
+def WriteSummaries(results: Dict, summary_dir: str):
+  """BLEU and chrF per language and per average as TensorBoard scalars (`bleu/de`, `chrf/top10`, ...) at
+  the checkpoint's step, next to the results (LOGDIR/decode_<set>/), so they plot beside the training loss."""
+  step = results.get('step')
+  if step is None:
+    return
+  scores = [(lang, r) for lang, r in results['languages'].items()] + list(results['averages'].items())
+  with tf.summary.create_file_writer(summary_dir).as_default():
+    for name, r in scores:
+      for metric in ('bleu', 'chrf'):
+        if r.get(metric) is not None:
+          tf.summary.scalar(f'{metric}/{name}', r[metric], step=step)
+    tf.summary.flush()
 
 
 def _Num(v, fmt='6.2f'):

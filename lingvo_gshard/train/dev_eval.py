@@ -13,7 +13,8 @@ import tensorflow as tf
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
-from lingvo_gshard.train import trainer
+from lingvo_gshard.core import step_runner
+from lingvo_gshard.train import checkpoints
 
 DEV_LOG = 'dev_eval.jsonl'
 
@@ -39,7 +40,8 @@ class DevEvaler:
   """Dev loss of the checkpoints of the run in `logdir` (as it was trained: its params.txt)."""
 
   def __init__(self, exp: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
-               data_dir: str = '', per_language_batches: int = 1, log: Callable[[str], None] = print):
+               data_dir: str = '', per_language_batches: int = 1, log: Callable[[str], None] = print,
+               runner: Optional[step_runner.StepRunner] = None):
     if not os.path.exists(os.path.join(logdir, experiment_lib.PARAMS_FILE)):
       raise FileNotFoundError(f'{logdir}: no {experiment_lib.PARAMS_FILE} (train it first: --mode=train)')
     self.logdir, self.log, self.per_language_batches = logdir, log, per_language_batches
@@ -49,14 +51,14 @@ class DevEvaler:
     self.dev = self.params.input.dev
     lp = self.params.learner
     self.max_steps, self.eval_batches = lp.max_steps, lp.eval_batches
-    self.learner = learner_lib.Learner(self.params.task, lp.optimizer, partitioner, lp.seed)
-    self.objects = trainer.CheckpointObjects(self.learner.model)
+    self.learner = learner_lib.Learner(self.params.task, lp.optimizer, partitioner, lp.seed, runner=runner)
+    self.objects = checkpoints.CheckpointObjects(self.learner.model)
     self.writer = tf.summary.create_file_writer(os.path.join(logdir, 'dev'))
     self.languages = self.dev.Instantiate(log=lambda line: None).languages if per_language_batches else []
 
   def EvalCheckpoint(self, path: str) -> Dict[str, float]:
     """Restores `path`, returns {metric: value, 'xent/<lang>': ...} and writes them for step N."""
-    trainer.CheckCheckpoint(path, self.objects)
+    checkpoints.CheckCheckpoint(path, self.objects)
     tf.train.Checkpoint(**self.objects).restore(path).expect_partial()
     step = int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
     out = DevMetrics(self.learner, self.dev, self.eval_batches) or {}
@@ -87,7 +89,7 @@ class DevEvaler:
     """Evaluates every checkpoint not evaluated yet, then each new one as it appears, until the one at
     max_steps (or `timeout` seconds without a new one); returns how many were evaluated."""
     done, count = self.Done(), 0
-    for path in reversed(trainer.CheckpointCandidates(self.logdir, self.log)):  # those there already
+    for path in reversed(checkpoints.CheckpointCandidates(self.logdir, self.log)):  # those there already
       if os.path.basename(path) not in done:
         self.EvalCheckpoint(path)
         done.add(os.path.basename(path))

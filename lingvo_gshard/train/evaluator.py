@@ -30,7 +30,7 @@ from lingvo_gshard.data import reader
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.models import decoding
 from lingvo_gshard.train import test_sets
-from lingvo_gshard.train import trainer
+from lingvo_gshard.train import checkpoints
 
 BUCKETS = ('high', 'medium', 'low')
 TOP_N = 10  # the "10 largest languages" average
@@ -47,8 +47,8 @@ def RestoreModel(params, logdir: str, partitioner: sharding.Partitioner, checkpo
     raise FileNotFoundError(f'{ckpt_path}: no such checkpoint (no {ckpt_path}.index)')
   with sharding.use(partitioner):
     model = params.task.Instantiate().InstantiateVariables(partitioner, params.learner.seed)
-  objects = trainer.CheckpointObjects(model)
-  trainer.CheckCheckpoint(ckpt_path, objects)
+  objects = checkpoints.CheckpointObjects(model)
+  checkpoints.CheckCheckpoint(ckpt_path, objects)
   tf.train.Checkpoint(**objects).restore(ckpt_path).expect_partial().assert_existing_objects_matched()
   return model, ckpt_path
 

@@ -9,7 +9,6 @@ What a run writes to its log directory (Lingvo/Praxis habits):
 """
 import json
 import os
-import re
 import signal
 import time
 from typing import Callable, Dict, Optional
@@ -19,63 +18,13 @@ import tensorflow as tf
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
-
-
-def CheckpointObjects(model, optimizer=None) -> Dict[str, tf.Variable]:
-  """Weights (and optimizer slots) by path, so checkpoints read like the params summary. The one key scheme
-  that the trainer writes and the evaluator restores."""
-  out = {f'w/{path}': v for path, v in model.IterVariables()}
-  for path, slots in (optimizer.slots.items() if optimizer else ()):
-    out.update({f'opt/{path}/{name}': v for name, v in slots.items()})
-  return {k.replace('.', '/'): v for k, v in out.items()}
+from lingvo_gshard.core import step_runner
+from lingvo_gshard.train import checkpoints
 
 
 def _Clock(seconds: float) -> str:
   seconds = int(seconds)
   return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
-
-
-CHECKPOINT_LOG = 'checkpoints.jsonl'
-
-
-class CheckpointMismatchError(ValueError):
-  """A checkpoint's weights are not the model's (another architecture or experiment)."""
-
-
-class _Unreadable(CheckpointMismatchError):
-  """A checkpoint's files are truncated or corrupt (as opposed to holding another model)."""
-
-
-def _Brief(e: Exception) -> str:
-  return f'{type(e).__name__}: {(str(e).splitlines() or [""])[0][:200]}'
-
-
-def _CheckpointName(key: str) -> str:
-  # How tf.train.Checkpoint names a variable it tracks under `key` (TF escapes '/' as '.S').
-  return key.replace('.', '..').replace('/', '.S') + '/.ATTRIBUTES/VARIABLE_VALUE'
-
-
-def CheckCheckpoint(path: str, objects: Dict[str, tf.Variable]):
-  """Raises CheckpointMismatchError, in one line naming the first differing weight, unless every weight in
-  `objects` is in the checkpoint with its shape and the checkpoint has no model weight (`w/`) beyond them."""
-  try:
-    stored = dict(tf.train.list_variables(path))
-  except (tf.errors.OpError, ValueError, IndexError) as e:
-    raise _Unreadable(f'{path}: unreadable checkpoint ({_Brief(e)})') from None
-  wanted = {_CheckpointName(k): (k, v) for k, v in objects.items()}
-  for name, (key, var) in wanted.items():
-    if name not in stored:
-      raise CheckpointMismatchError(f'{path} does not match the model: it has no {key} {var.shape.as_list()} '
-                                    '(trained with other params or another experiment?)')
-    if list(stored[name]) != var.shape.as_list():
-      raise CheckpointMismatchError(f'{path} does not match the model: {key} is {list(stored[name])} there, '
-                                    f'{var.shape.as_list()} in the model')
-  prefix = _CheckpointName('w/')[:-len('/.ATTRIBUTES/VARIABLE_VALUE')]
-  extra = sorted(n for n in stored if n.startswith(prefix) and n not in wanted)
-  if extra:
-    key = extra[0][:-len('/.ATTRIBUTES/VARIABLE_VALUE')].replace('.S', '/').replace('..', '.')
-    raise CheckpointMismatchError(f'{path} does not match the model: it has {len(extra)} weights the model '
-                                  f'lacks, e.g. {key} {list(stored[extra[0]])} (trained with other params?)')
 
 
 class Preempted(Exception):
@@ -84,35 +33,6 @@ class Preempted(Exception):
   def __init__(self, signum: int, path: str):
     super().__init__(f'{signal.Signals(signum).name}: saved {path}')
     self.signum, self.path = signum, path
-
-
-def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print):
-  """Checkpoints of `logdir`, newest first: those the state file lists and every ckpt-N.index present.
-
-  The files themselves are the ground truth: a state file that is garbage (or lists fewer than exist) must not
-  make a rerun start again from step 0 and orphan the real checkpoints. An unreadable state file is moved
-  aside (`checkpoint.unreadable`) and rewritten from the files, so the checkpoint manager keeps them.
-  """
-  if not os.path.isdir(logdir):
-    return []
-  found = {}
-  for name in os.listdir(logdir):
-    m = re.fullmatch(r'ckpt-(\d+)\.index', name)
-    if m:
-      found[int(m.group(1))] = os.path.join(logdir, name[:-len('.index')])
-  state_path = os.path.join(logdir, 'checkpoint')
-  if os.path.exists(state_path):
-    try:
-      state = tf.train.get_checkpoint_state(logdir)  # None when it does not parse (TF logs a warning)
-    except Exception:  # pylint: disable=broad-except  (text_format's ParseError, by TF version)
-      state = None
-    if state is None and found:
-      log(f'{state_path}: unreadable checkpoint state; using the {len(found)} checkpoint files found (the '
-          'old state file is kept as checkpoint.unreadable)')
-      os.replace(state_path, state_path + '.unreadable')
-      paths = [found[k] for k in sorted(found)]
-      tf.compat.v1.train.update_checkpoint_state(logdir, paths[-1], paths)
-  return [found[k] for k in sorted(found, reverse=True)]
 
 
 class _SignalsSaved:
@@ -147,7 +67,8 @@ class Trainer:
 
   def __init__(self, experiment: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
                data_dir: Optional[str] = None, overrides: str = '', max_steps: Optional[int] = None,
-               log: Callable[[str], None] = print):
+               log: Callable[[str], None] = print, runner: Optional[step_runner.StepRunner] = None):
+    """`runner` compiles the steps (default: StepRunner(partitioner), the machine's rule)."""
     self.exp, self.partitioner, self.logdir, self.log = experiment, partitioner, logdir, log
     self.params = experiment_lib.ExperimentParams(experiment, data_dir or '')
     self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
@@ -169,17 +90,18 @@ class Trainer:
     if not os.access(logdir, os.W_OK):
       raise ValueError(f'--logdir {logdir}: not writable')
     self.learner = learner_lib.Learner(self.task, self.learner_p.optimizer, partitioner, self.learner_p.seed,
-                                       skip_nonfinite=self.learner_p.on_nonfinite == 'skip')
-    self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step,
-                                          **CheckpointObjects(self.learner.model, self.learner.optimizer))
-    self.candidates = CheckpointCandidates(logdir, log)  # before the manager reads the state file
+                                       skip_nonfinite=self.learner_p.on_nonfinite == 'skip', runner=runner)
+    log(self.learner.runner.Describe())
+    self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step, **checkpoints.CheckpointObjects(
+        self.learner.model, self.learner.optimizer))
+    self.candidates = checkpoints.CheckpointCandidates(logdir, log)  # before the manager reads the state file
     # Another model's checkpoints are refused before anything in the log directory is rewritten.
-    objects = CheckpointObjects(self.learner.model, self.learner.optimizer)
+    objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
     for path in self.candidates:
       try:
-        CheckCheckpoint(path, objects)
+        checkpoints.CheckCheckpoint(path, objects)
         break
-      except _Unreadable:
+      except checkpoints.Unreadable:
         continue  # Restore reports it and falls back
     self._WriteParams()
     with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
@@ -220,22 +142,22 @@ class Trainer:
     position once Train has attached its iterator); returns the step.
 
     A truncated or corrupt checkpoint is reported in one line and the previous one is used; if none of the
-    checkpoints present can be read, CheckpointMismatchError (never a silent restart from step 0). A readable
-    checkpoint of another model is CheckpointMismatchError at once.
+    checkpoints present can be read, checkpoints.CheckpointMismatchError (never a silent restart from step 0). A readable
+    checkpoint of another model is checkpoints.CheckpointMismatchError at once.
     """
-    objects = CheckpointObjects(self.learner.model, self.learner.optimizer)
+    objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
     for i, path in enumerate(self.candidates):
       try:
-        CheckCheckpoint(path, objects)
+        checkpoints.CheckCheckpoint(path, objects)
         self._RestoreFrom(path)
-      except _Unreadable as e:
+      except checkpoints.Unreadable as e:
         self.log(f'{e}; ' + ('trying the previous checkpoint' if i + 1 < len(
             self.candidates) else 'no older checkpoint'))
         continue
       self.log(f'restored {path} at step {self.Step()}')
       return self.Step()
     if self.candidates:
-      raise CheckpointMismatchError(f'{self.logdir}: none of its {len(self.candidates)} checkpoints can be '
+      raise checkpoints.CheckpointMismatchError(f'{self.logdir}: none of its {len(self.candidates)} checkpoints can be '
                                     'read; refusing to start again from step 0 (move them away to do that)')
     return self.Step()
 
@@ -244,24 +166,32 @@ class Trainer:
       self.checkpoint.restore(path)
       return
     except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
-      raise _Unreadable(f'{path}: unreadable checkpoint ({_Brief(e)})') from None
+      raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
     except (tf.errors.OpError, ValueError) as e:
       if getattr(self.checkpoint, 'input', None) is None:
-        raise CheckpointMismatchError(f'{path}: cannot restore ({_Brief(e)})') from None
+        raise checkpoints.CheckpointMismatchError(f'{path}: cannot restore ({checkpoints.Brief(e)})') from None
       # The input changed since (its params or the corpus): weights and step still restore, the input
       # starts again from its first batch.
       self.log(f'{path}: the input position does not restore into this input ({type(e).__name__}); '
                'the input restarts from its first batch')
     try:
-      tf.train.Checkpoint(step=self.learner.global_step, **CheckpointObjects(
+      tf.train.Checkpoint(step=self.learner.global_step, **checkpoints.CheckpointObjects(
           self.learner.model, self.learner.optimizer)).restore(path).expect_partial()
     except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
-      raise _Unreadable(f'{path}: unreadable checkpoint ({_Brief(e)})') from None
+      raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
 
-  def _Summaries(self, split, metrics, step):
+  def _Summaries(self, split, metrics, step, per_expert=None):
+    """Scalars; and per MoE layer, the histogram over experts of each per-expert vector (`load`: share of
+    first choices, `expert_fill`: share of the expert's slots used) plus its max and min, so an expert that
+    starves or overflows shows in TensorBoard."""
     with self.writers[split].as_default():
       for k, v in metrics.items():
         tf.summary.scalar(k, v, step=step)
+      for k, v in (per_expert or {}).items():
+        tf.summary.histogram(k, v, step=step, buckets=min(len(v), 30))
+        for name, value in ((f'{k}_max', v.max()), (f'{k}_min', v.min())):
+          if name not in metrics:  # the step's own load_max stays the one written
+            tf.summary.scalar(name, float(value), step=step)
     self.writers[split].flush()
 
   def Evaluate(self) -> Optional[Dict[str, float]]:
@@ -287,6 +217,9 @@ class Trainer:
       if saved >= lp.max_steps:
         self.log(f'already at step {saved} >= max_steps {lp.max_steps}')
         return {}
+    with self.writers['train'].as_default():  # what the run is, beside its curves (Lingvo's params summary)
+      with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE)) as f:
+        tf.summary.text('params', f'```\n{f.read()}\n```', step=saved)
     self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
     data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
     # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
@@ -324,11 +257,12 @@ class Trainer:
       else:
         window_tokens += float(batch['tgt_weights'].sum())
       if step % lp.log_interval == 0 or step == lp.max_steps:
-        last = {k: float(self.partitioner.Fetch(v)) for k, v in metrics.items()}
+        fetched = {k: self.partitioner.Fetch(v) for k, v in metrics.items()}
+        last = {k: float(v) for k, v in fetched.items() if v.ndim == 0}
         elapsed = time.time() - window_start
         last['target_tokens_per_sec'] = window_tokens / max(elapsed, 1e-9)
         last['skipped_steps'] = float(skipped)
-        self._Summaries('train', last, step)
+        self._Summaries('train', last, step, {k: v for k, v in fetched.items() if v.ndim == 1})
         now = time.time()
         eta = (now - start) / max(step - start_step, 1) * (lp.max_steps - step)
         self.log(f'step {step:6d}/{lp.max_steps} loss {last["loss"]:.4f} xent {last["xent"]:.4f} '
@@ -353,7 +287,7 @@ class Trainer:
     """Writes ckpt-<step> and appends {step, wall-clock of training so far} to checkpoints.jsonl (the x axis
     of learning curves against time; seconds add up across resumed runs)."""
     path = self.manager.save(checkpoint_number=step)
-    log_path = os.path.join(self.logdir, CHECKPOINT_LOG)
+    log_path = os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG)
     before = 0.0
     if os.path.exists(log_path):
       with open(log_path) as f:

@@ -1,0 +1,42 @@
+"""What the tools share: one-line fatal errors, the errors that mean bad input, experiment lookup, quiet logs.
+
+Not a binary (BUILD makes none of tools/_*.py). TensorFlow and the library are imported inside the
+functions, so a tool can check its flags (and fail in one line) before paying for TensorFlow's import.
+"""
+import sys
+from typing import NoReturn, Tuple, Type
+
+
+def Fail(tool: str, message: str, code: int = 1) -> NoReturn:
+  """`tool: message` on stderr, exit `code` (1: bad input; 128 + signal: preempted)."""
+  print(f'{tool}: {message}', file=sys.stderr)
+  sys.exit(code)
+
+
+def UserErrors() -> Tuple[Type[BaseException], ...]:
+  """Exceptions that mean bad input (names, meshes, params, data, files, checkpoints, no TPU): reported as one
+  line with exit 1, never as a traceback."""
+  from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import tpu  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.train import checkpoints  # pylint: disable=g-import-not-at-top
+  return (registry.RegistryError, mesh_lib.MeshError, hyperparams.ParamsError, report.DataError, ValueError,
+          FileNotFoundError, checkpoints.CheckpointMismatchError, tpu.TPUError)
+
+
+def Experiment(name: str):
+  """The registered experiment `name` (every params module loaded first); RegistryError names the closest."""
+  from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
+  registry.LoadAll()
+  return registry.Get(name)
+
+
+def QuietLogs():
+  """absl (and TFDS, which logs a line per language slice it opens) at WARNING, unless --verbosity was given:
+  the tools print their own progress."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
