@@ -1,4 +1,5 @@
-"""The trainer under faults: SIGTERM mid-run, a truncated or garbage checkpoint, NaN losses; the evaler job.
+"""The trainer under faults: SIGTERM mid-run, kill -9 at three moments, a truncated or garbage checkpoint, NaN
+losses; the evaler job.
 
 Each fault is checked against an uninterrupted run of the same experiment: after the fault and a restart the
 losses are the same step for step, and no checkpoint is lost or silently replaced by a fresh start.
@@ -7,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 
@@ -69,6 +71,102 @@ def test_sigterm_saves_the_current_step_and_the_rerun_continues_it(data_dir, who
   _Train(data_dir, tmp_path, lines)
   assert any('restored' in l and 'ckpt-4' in l for l in lines)
   _AssertSameLosses(lines, whole[1], range(1, 7))
+
+
+_CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'trainer_client.py')
+
+
+def _RunUntil(data_dir, logdir, trigger):
+  """Trains _Exp in its own process (tests/trainer_client.py) and SIGKILLs it as soon as a log line starts
+  with `trigger`; returns the lines it printed."""
+  proc = subprocess.Popen([sys.executable, _CLIENT, data_dir, str(logdir)], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+  lines = []
+  for line in proc.stdout:
+    lines.append(line.rstrip('\n'))
+    if line.startswith(trigger):
+      proc.send_signal(signal.SIGKILL)
+      break
+  proc.wait(timeout=300)
+  assert proc.returncode == -signal.SIGKILL, ('the run ended before the trigger', trigger, lines[-5:])
+  return lines
+
+
+def test_kill_9_at_three_moments_then_the_losses_of_an_uninterrupted_run(data_dir, whole, tmp_path):
+  """No handler runs on SIGKILL. One run is killed three times, each restart a new process: before its first
+  checkpoint, as the dev evaluation starts, and just as the checkpoint after it is written (the kill lands
+  within the save or right after it). A last restart trains to the end: every step any process logged has the
+  uninterrupted run's loss, and every checkpoint present reads whole."""
+  segments = [_RunUntil(data_dir, tmp_path, 'step      2/'),          # before the first checkpoint (step 3)
+              _RunUntil(data_dir, tmp_path, 'step      3/'),          # the dev evaluation is next
+              _RunUntil(data_dir, tmp_path, 'step      3 dev loss')]  # evaluated; ckpt-3 is being written
+  assert not any('restored' in l for l in segments[0] + segments[1])  # nothing to restore yet
+  lines = []
+  t = _Train(data_dir, tmp_path, lines)
+  assert t.Step() == 6
+  restored = [l for l in lines if 'restored' in l]
+  assert not restored or 'ckpt-3' in restored[0], restored  # from ckpt-3 if its save finished, else step 0
+  objects = checkpoints.CheckpointObjects(t.learner.model, t.learner.optimizer)
+  for path in checkpoints.CheckpointCandidates(str(tmp_path), log=lambda l: None):
+    checkpoints.CheckCheckpoint(path, objects)
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith('ckpt-6')
+  for segment in segments + [lines]:
+    _AssertSameLosses(segment, whole[1], trainer_test._Losses(segment))  # pylint: disable=protected-access
+  assert {1, 2} <= set(trainer_test._Losses(segments[0])) and {4, 5, 6} <= set(trainer_test._Losses(lines))  # pylint: disable=protected-access
+
+
+class _Deterministic(_Exp):
+  """_Exp without dropout and random routing, whose draws differ between one device and a mesh's shards, and
+  in float32 (bfloat16 sums over other shards round differently: 1e-3 apart after two steps)."""
+  DROPOUT = 0.0
+  FPROP_DTYPE = tf.float32
+
+  def Task(self):
+    p = super().Task()
+    for stack in (p.encoder, p.decoder):
+      stack.moe_tpl.second_expert_policy = 'all'
+    return p
+
+
+def _FreePorts(n):
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(('127.0.0.1', 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
+
+
+def test_two_trainer_processes_train_one_mesh_like_one_device(data_dir, tmp_path):
+  """Two trainer clients on loopback, 4 virtual CPU devices each, form one 8-device DTensor mesh
+  (data:2,expert:4) and train 3 steps of a tiny MoE: their losses are the one-device run's, client 0 alone
+  writes the logs, and the checkpoint they wrote together restores on one device."""
+  lines = []
+  ref = _Train(data_dir, tmp_path / 'one', lines, max_steps=3, exp=_Deterministic(data_dir))
+  jobs = ','.join(f'localhost:{p}' for p in _FreePorts(2))
+  procs = [subprocess.Popen(
+      [sys.executable, _CLIENT, data_dir, str(tmp_path / 'mesh'), '--mesh=data:2,expert:4', '--deterministic',
+       '--max_steps=3'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env=dict(os.environ, DTENSOR_CLIENT_ID=str(client), DTENSOR_NUM_CLIENTS='2', DTENSOR_JOB_NAME='worker',
+               DTENSOR_JOBS=jobs)) for client in range(2)]
+  outputs = [p.communicate(timeout=600) for p in procs]
+  for p, (out, err) in zip(procs, outputs):
+    assert p.returncode == 0, err[-3000:]
+  want = trainer_test._Losses(lines)  # pylint: disable=protected-access
+  for out, _ in outputs:
+    got = trainer_test._Losses(out.splitlines())  # pylint: disable=protected-access
+    # Logged to 4 decimals; sharded sums may round the last one the other way.
+    assert sorted(got) == [1, 2, 3] and all(abs(got[k] - want[k]) <= 1.5e-4 for k in got), (got, want)
+  rows = [json.loads(l) for l in open(tmp_path / 'mesh' / checkpoints.CHECKPOINT_LOG)]
+  assert [r['step'] for r in rows] == [3]  # one line: client 0's
+  assert len(os.listdir(tmp_path / 'mesh' / 'train')) == 1
+  back = trainer_lib.Trainer(_Deterministic(data_dir), sharding.Partitioner('none'), str(tmp_path / 'mesh'),
+                             max_steps=3, log=lambda l: None)
+  assert back.Restore() == 3
+  want = ref.learner.Weights()
+  for path, w in back.learner.Weights().items():  # 3 steps of differently ordered sums: ~1e-4 relative
+    np.testing.assert_allclose(w, want[path], rtol=1e-4, atol=1e-5, err_msg=path)
 
 
 def _Truncate(prefix):

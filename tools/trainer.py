@@ -17,7 +17,13 @@ Modes: train (training only), train_and_eval (the default: dev loss every eval_i
 process), eval (watch --logdir and write the dev loss of each new checkpoint, overall and per language, until
 the final step's), decode (beam search over every language's test split for the latest or --checkpoint, BLEU
 and chrF into --logdir/decode_test/; the same code path as tools/evaluate.py).
+
+Several hosts (DTensor multi-client): every host runs the same command with --backend=dtensor and the global
+--mesh, and DTENSOR_JOBS (host:port of every client), DTENSOR_CLIENT_ID, DTENSOR_NUM_CLIENTS and
+DTENSOR_JOB_NAME in its environment; each reads the same input and keeps its share of every batch on its
+devices, each saves its shards of the checkpoints, client 0 writes the logs and summaries.
 """
+import os
 
 from absl import app
 from absl import flags
@@ -69,6 +75,13 @@ def main(argv):
     cpus = tf.config.list_physical_devices('CPU')
     tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] *
                                                _VIRTUAL.value)
+  if os.environ.get('DTENSOR_JOBS'):
+    # One of several DTensor clients (hosts) of one mesh: DTENSOR_JOBS, DTENSOR_CLIENT_ID,
+    # DTENSOR_NUM_CLIENTS and DTENSOR_JOB_NAME say which; every client runs this same command.
+    from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+    dtensor.initialize_accelerator_system()
+    print(f'DTensor client {dtensor.client_id()} of {dtensor.num_clients()}: '
+          f'{dtensor.num_global_devices(dtensor.preferred_device_type())} devices in all', flush=True)
   from lingvo_gshard.core import tpu  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   log = lambda line: print(line, flush=True)

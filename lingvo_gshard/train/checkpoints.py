@@ -98,12 +98,13 @@ def CheckCheckpoint(path: str, objects: Dict[str, object]):
                                   f'lacks, e.g. {key} {list(stored[extra[0]])} (trained with other params?)')
 
 
-def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print) -> List[str]:
+def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print, repair: bool = True) -> List[str]:
   """Checkpoints of `logdir`, newest first: those the state file lists and every ckpt-N.index present.
 
   The files themselves are the ground truth: a state file that is garbage (or lists fewer than exist) must not
   make a rerun start again from step 0 and orphan the real checkpoints. An unreadable state file is moved
-  aside (`checkpoint.unreadable`) and rewritten from the files, so the checkpoint manager keeps them.
+  aside (`checkpoint.unreadable`) and rewritten from the files, so the checkpoint manager keeps them (by
+  one process only: `repair=False` for the others of a multi-client run).
   """
   if not os.path.isdir(logdir):
     return []
@@ -118,7 +119,7 @@ def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print) -> Lis
       state = tf.train.get_checkpoint_state(logdir)  # None when it does not parse (TF logs a warning)
     except Exception:  # pylint: disable=broad-except  (text_format's ParseError, by TF version)
       state = None
-    if state is None and found:
+    if state is None and found and repair:
       log(f'{state_path}: unreadable checkpoint state; using the {len(found)} checkpoint files found (the '
           'old state file is kept as checkpoint.unreadable)')
       os.replace(state_path, state_path + '.unreadable')

@@ -14,6 +14,7 @@ import time
 from typing import Callable, Dict, Optional
 
 import tensorflow as tf
+from tensorflow.experimental import dtensor
 
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import learner as learner_lib
@@ -94,7 +95,14 @@ class Trainer:
     log(self.learner.runner.Describe())
     self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step, **checkpoints.CheckpointObjects(
         self.learner.model, self.learner.optimizer))
-    self.candidates = checkpoints.CheckpointCandidates(logdir, log)  # before the manager reads the state file
+    # Several DTensor clients (hosts) may run this loop on one mesh: each reads the same input and saves its
+    # shards of every checkpoint; only the first writes the text files, summaries and the state-file repair.
+    multi = partitioner.backend == 'dtensor' and dtensor.num_clients() > 1
+    self.client = dtensor.client_id() if multi else None
+    self.chief = self.client in (None, 0)
+    self.input_checkpoint = None  # multi-client: each client's input position, beside the checkpoint
+    # Before the manager reads the state file.
+    self.candidates = checkpoints.CheckpointCandidates(logdir, log, repair=self.chief)
     # Another model's checkpoints are refused before anything in the log directory is rewritten.
     objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
     for path in self.candidates:
@@ -103,14 +111,16 @@ class Trainer:
         break
       except checkpoints.Unreadable:
         continue  # Restore reports it and falls back
-    self._WriteParams()
-    with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
-      f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
+    if self.chief:
+      self._WriteParams()
+      with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
+        f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
     lp = self.learner_p
     self.manager = tf.train.CheckpointManager(
         self.checkpoint, logdir, max_to_keep=lp.keep_checkpoints,
         keep_checkpoint_every_n_hours=lp.keep_checkpoint_every_n_hours or None)
-    self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) for s in ('train', 'dev')}
+    self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) if self.chief else
+                    tf.summary.create_noop_writer() for s in ('train', 'dev')}
     self._resumed_seconds = None  # training seconds before this process, read at the first save
 
   def _CheckMemory(self):
@@ -161,9 +171,17 @@ class Trainer:
                                     'read; refusing to start again from step 0 (move them away to do that)')
     return self.Step()
 
+  def _InputPath(self, checkpoint_path: str) -> str:
+    return os.path.join(self.logdir, 'input', f'client-{self.client}', os.path.basename(checkpoint_path))
+
   def _RestoreFrom(self, path: str):
     try:
       self.checkpoint.restore(path)
+      if self.input_checkpoint is not None:
+        if tf.io.gfile.exists(self._InputPath(path) + '.index'):
+          self.input_checkpoint.restore(self._InputPath(path))
+        else:
+          self.log(f'{self._InputPath(path)}: no input position saved; the input restarts from its first batch')
       return
     except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
       raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
@@ -217,14 +235,18 @@ class Trainer:
       if saved >= lp.max_steps:
         self.log(f'already at step {saved} >= max_steps {lp.max_steps}')
         return {}
-    with self.writers['train'].as_default():  # what the run is, beside its curves (Lingvo's params summary)
-      with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE)) as f:
-        tf.summary.text('params', f'```\n{f.read()}\n```', step=saved)
+    if self.chief:
+      with self.writers['train'].as_default():  # what the run is, beside its curves (Lingvo's params summary)
+        with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE)) as f:
+          tf.summary.text('params', f'```\n{f.read()}\n```', step=saved)
     self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
     data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
     # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
     # have read (position, shuffle buffers and mixture state), so its losses are the same step for step.
-    self.checkpoint.input = data
+    if self.client is None:
+      self.checkpoint.input = data
+    else:  # a multi-client save takes DTensors only: each client keeps its input position on its own
+      self.input_checkpoint = tf.train.Checkpoint(input=data)
     step = self.Restore()
     with _SignalsSaved() as signals:
       return self._Loop(data, step, signals, evaluate)
@@ -287,6 +309,10 @@ class Trainer:
     """Writes ckpt-<step> and appends {step, wall-clock of training so far} to checkpoints.jsonl (the x axis
     of learning curves against time; seconds add up across resumed runs)."""
     path = self.manager.save(checkpoint_number=step)
+    if self.input_checkpoint is not None:
+      self.input_checkpoint.write(self._InputPath(path))
+    if not self.chief:
+      return
     log_path = os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG)
     before = 0.0
     if os.path.exists(log_path):
