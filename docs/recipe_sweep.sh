@@ -49,8 +49,13 @@ python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --data_dir=$D --log
 # s4_moe_2h: the 2-hour recipe (8,500 steps), started right after.
 $T --model=M4TinyMoE --logdir=$R/s4_moe_2h
 
-# Next (not run yet): the 2-hour recipe of both models, one after the other, then every kept checkpoint scored.
-# python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=$D --logdir=$R/moe_2h
-# python -m lingvo_gshard.tools.trainer --model=M4TinyDense --data_dir=$D --logdir=$R/dense_2h
-# for c in $R/moe_2h/ckpt-*.index; do $E --model=M4TinyMoE --logdir=$R/moe_2h --checkpoint=${c%.index}; done
-# python -m lingvo_gshard.tools.learning_curves --runs=MoE=$R/moe_2h,Dense=$R/dense_2h --plot=docs/curves_2h.png
+# --- session 5 (code at 5c5a964; /tmp/runs/s5_queue.sh, s5_queue3.sh): resume s4_moe_2h from ckpt-3574 to
+# 8,500 (ckpt-4500 copied aside for the 60-minute point), then score it; then the dense run.
+$T --model=M4TinyMoE --logdir=$R/s4_moe_2h
+python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --data_dir=$D --logdir=$R/s4_moe_2h --max_sentences=50 --examples=5
+for c in 1000 2000 4500 8500; do
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --data_dir=$D --logdir=$R/s4_moe_2h --split=dev --max_sentences=20 --checkpoint=$R/s4_moe_2h/ckpt-$c
+done
+$T --model=M4TinyDense --logdir=$R/s5_dense_2h   # stopped by SIGTERM at the session's end; the same command resumes it
+# Next: finish s5_dense_2h, score it like s4_moe_2h, then the curves of both:
+# python -m lingvo_gshard.tools.learning_curves --runs=MoE=$R/s4_moe_2h,Dense=$R/s5_dense_2h --plot=docs/curves_2h.png --json=docs/curves_2h.json

@@ -94,6 +94,13 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   assert 0 < rows[0]['train_seconds'] < rows[1]['train_seconds'] < rows[2]['train_seconds']
 
 
+def test_moe_groups_the_mesh_cannot_split_fail_before_anything_runs(data_dir, tmp_path):
+  # 4 rows x 96 packed tokens = 384 = 6 groups of 64: not a multiple of data:8's 8 group shards.
+  with pytest.raises(ValueError, match=r'6 groups of 64 tokens cannot be split over the 8 devices.*num_groups'):
+    trainer_lib.Trainer(_SmallMoE(data_dir), sharding.Partitioner('dtensor', 'data:8'), str(tmp_path / 'x'))
+  assert not (tmp_path / 'x').exists()
+
+
 def test_trainer_tool_errors_are_one_line(tmp_path):
   for args, message in [(['--model=NoSuchModel'], "unknown experiment 'NoSuchModel'"),
                         (['--model=M4TinyMoE', '--backend=dtensor', '--mesh=data:16'],

@@ -124,9 +124,11 @@ class Trainer:
     self._resumed_seconds = None  # training seconds before this process, read at the first save
 
   def _CheckMemory(self):
-    """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device."""
+    """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device,
+    or whose MoE groups the mesh cannot split."""
     from lingvo_gshard.models import analysis  # pylint: disable=g-import-not-at-top
     model = self.task.Instantiate()  # declares weights only
+    self._CheckRouting(model)
     a = analysis.Analyze(type(self.exp).__name__, model, self.partitioner, tokens_per_step=1, seq_len=1,
                          optimizer=self.learner_p.optimizer)
     need = a.bytes_per_device * 2 + a.optimizer_bytes_per_device  # weights, their gradients, slots
@@ -135,6 +137,19 @@ class Trainer:
       raise ValueError(f'{type(self.exp).__name__} needs {need / 2**30:.1f} GiB per device for weights, '
                        f'gradients and optimizer state on mesh {self.partitioner.mesh}; this machine has '
                        f'{have / 2**30:.1f} GiB (analyse it with tools/model_analysis instead)')
+
+  def _CheckRouting(self, model):
+    """Every MoE layer splits a training batch into groups the mesh divides (MoELayer.GroupShape), checked
+    here rather than at the first step's trace."""
+    from lingvo_gshard.layers import moe_layer  # pylint: disable=g-import-not-at-top
+    inp = self.inputs['train']
+    lengths = {'encoder': inp.packed_source_length if inp.packing else inp.max_source_length,
+               'decoder': inp.packed_target_length if inp.packing else inp.max_target_length}
+    with sharding.use(self.partitioner):
+      for stack, length in lengths.items():
+        for layer in getattr(model, stack).IterLayers() if hasattr(model, stack) else ():
+          if isinstance(layer, moe_layer.MoELayer):
+            layer.GroupShape(inp.batch_rows * length)
 
   def _WriteParams(self):
     with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE), 'w') as f:
