@@ -28,6 +28,14 @@ def _Clock(seconds: float) -> str:
   return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
 
+def _Unless(restore: Callable, path: str):
+  """Runs `restore`; a truncated or corrupt checkpoint file is checkpoints.Unreadable, in one line."""
+  try:
+    return restore()
+  except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
+    raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
+
+
 class Preempted(Exception):
   """SIGTERM or SIGINT arrived during training; a checkpoint of the current step was written."""
 
@@ -104,10 +112,12 @@ class Trainer:
     # Before the manager reads the state file.
     self.candidates = checkpoints.CheckpointCandidates(logdir, log, repair=self.chief)
     # Another model's checkpoints are refused before anything in the log directory is rewritten.
-    objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
+    self._objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
+    self._matching = set()  # checkpoints already checked against the model
     for path in self.candidates:
       try:
-        checkpoints.CheckCheckpoint(path, objects)
+        checkpoints.CheckCheckpoint(path, self._objects)
+        self._matching.add(path)
         break
       except checkpoints.Unreadable:
         continue  # Restore reports it and falls back
@@ -167,13 +177,13 @@ class Trainer:
     position once Train has attached its iterator); returns the step.
 
     A truncated or corrupt checkpoint is reported in one line and the previous one is used; if none of the
-    checkpoints present can be read, checkpoints.CheckpointMismatchError (never a silent restart from step 0). A readable
-    checkpoint of another model is checkpoints.CheckpointMismatchError at once.
+    checkpoints present can be read, CheckpointMismatchError (never a silent restart from step 0). A readable
+    checkpoint of another model is CheckpointMismatchError at once.
     """
-    objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
     for i, path in enumerate(self.candidates):
       try:
-        checkpoints.CheckCheckpoint(path, objects)
+        if path not in self._matching:
+          checkpoints.CheckCheckpoint(path, self._objects)
         self._RestoreFrom(path)
       except checkpoints.Unreadable as e:
         self.log(f'{e}; ' + ('trying the previous checkpoint' if i + 1 < len(
@@ -182,36 +192,34 @@ class Trainer:
       self.log(f'restored {path} at step {self.Step()}')
       return self.Step()
     if self.candidates:
-      raise checkpoints.CheckpointMismatchError(f'{self.logdir}: none of its {len(self.candidates)} checkpoints can be '
-                                    'read; refusing to start again from step 0 (move them away to do that)')
+      raise checkpoints.CheckpointMismatchError(
+          f'{self.logdir}: none of its {len(self.candidates)} checkpoints can be read; refusing to start again '
+          'from step 0 (move them away to do that)')
     return self.Step()
 
   def _InputPath(self, checkpoint_path: str) -> str:
     return os.path.join(self.logdir, 'input', f'client-{self.client}', os.path.basename(checkpoint_path))
 
   def _RestoreFrom(self, path: str):
+    """Everything in `path`; if only the input position cannot be restored (its params or the corpus changed
+    since), the weights, optimizer state and step, and the input starts again from its first batch."""
     try:
-      self.checkpoint.restore(path)
-      if self.input_checkpoint is not None:
-        if tf.io.gfile.exists(self._InputPath(path) + '.index'):
-          self.input_checkpoint.restore(self._InputPath(path))
-        else:
-          self.log(f'{self._InputPath(path)}: no input position saved; the input restarts from its first batch')
-      return
-    except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
-      raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
+      _Unless(lambda: self.checkpoint.restore(path), path)
+    except checkpoints.Unreadable:
+      raise
     except (tf.errors.OpError, ValueError) as e:
       if getattr(self.checkpoint, 'input', None) is None:
         raise checkpoints.CheckpointMismatchError(f'{path}: cannot restore ({checkpoints.Brief(e)})') from None
-      # The input changed since (its params or the corpus): weights and step still restore, the input
-      # starts again from its first batch.
       self.log(f'{path}: the input position does not restore into this input ({type(e).__name__}); '
                'the input restarts from its first batch')
-    try:
-      tf.train.Checkpoint(step=self.learner.global_step, **checkpoints.CheckpointObjects(
-          self.learner.model, self.learner.optimizer)).restore(path).expect_partial()
-    except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
-      raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
+      _Unless(lambda: tf.train.Checkpoint(step=self.learner.global_step, **self._objects).restore(
+          path).expect_partial(), path)
+      return
+    if self.input_checkpoint is not None:
+      if tf.io.gfile.exists(self._InputPath(path) + '.index'):
+        self.input_checkpoint.restore(self._InputPath(path))
+      else:
+        self.log(f'{self._InputPath(path)}: no input position saved; the input restarts from its first batch')
 
   def _Summaries(self, split, metrics, step, per_expert=None):
     """Scalars; and per MoE layer, the histogram over experts of each per-expert vector (`load`: share of
