@@ -259,6 +259,17 @@ def test_bad_inputs_raise():
     moe.moe_ffn(x, w_gate, wi, wo, gating='top1', second_expert_policy='random')
 
 
+def test_benchmark_library_refuses_unknown_modes_and_dispatch():
+  from lingvo_gshard.bench import moe_ffn  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="unknown mode 'fast'"):
+    moe_ffn.BuildCases(moe_ffn.Config(modes=['fast']))
+  with pytest.raises(ValueError, match="unknown dispatch 'sorted'"):
+    moe_ffn.BuildCases(moe_ffn.Config(groups=1, group_size=8, model_dim=4, hidden_dim=4, num_experts=2,
+                                      dispatch=['sorted'], sweep_experts=[], matmul_dim=8))
+  assert moe_ffn.WiLayout('jit') == 'emh' and moe_ffn.WiLayout('hybrid') == 'ehm'
+  assert moe_ffn.WiLayout('hybrid', 'emh') == 'emh'
+
+
 def test_benchmark_tool_reports_consistent_figures(tmp_path):
   """tools/moe_benchmark.py at toy sizes: it runs, and its ratios and FLOP counts follow their definitions."""
   import json  # pylint: disable=g-import-not-at-top

@@ -28,25 +28,14 @@ router, x3 for forward + backward.
 --profile prints where the time of the jit index step at --num_experts goes, per XLA op (from the XLA CPU
 runtime's trace events); with --intra_op_threads=1 ops run one at a time and the figures add up to the step.
 """
-import collections
-import ctypes
-import glob
 import json
 import os
-import re
-import resource
-import tempfile
-import time
 
 from absl import app
 from absl import flags
-import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
 
-from lingvo_gshard.core import step_runner
-from lingvo_gshard.layers import gating
-from lingvo_gshard.layers import moe
+from lingvo_gshard.bench import moe_ffn
 
 _GROUPS = flags.DEFINE_integer('groups', 4, 'G: groups of tokens.')
 _GROUP_SIZE = flags.DEFINE_integer('group_size', 1024, 'S: tokens per group.')
@@ -75,272 +64,6 @@ _WI_LAYOUT = flags.DEFINE_enum(
 _PROFILE = flags.DEFINE_bool('profile', False, 'Print the per-op time of the index step at --num_experts.')
 _JSON = flags.DEFINE_string('json', '', "Write the results as JSON to this path ('-' = stdout).")
 
-# The targets of the issue, on the 2-core CPU.
-_TARGET_MOE_OVER_DENSE = 1.15
-_TARGET_FLOPS_FRACTION = 0.80
-_TARGET_SWEEP_RATIO = 1.3
-
-
-MODES = ('jit', 'hybrid', 'graph')
-
-
-def _grad_step(fn, jit):
-  """Step: y = fn(x, *params) and the gradients of <y, dy> + 0.01 aux w.r.t. x and every param.
-
-  y is returned, as a real network consumes it: a step returning only the gradients of this linear loss would
-  let XLA drop the dense FFN's second forward matmul (1/6 of its FLOPs) but not the MoE's (the gate gradient
-  needs the expert outputs).
-  """
-
-  @tf.function(jit_compile=jit)
-  def _step(x, dy, *params):
-    with tf.GradientTape() as tape:
-      tape.watch([x, *params])
-      y, aux = fn(x, *params)
-      loss = tf.reduce_sum(y * dy) + 0.01 * aux
-    return [y] + tape.gradient(loss, [x, *params])
-
-  return _step
-
-
-def _dense_case(g, s, m, h, x, dy, rng, compile_mode):
-  def _fn(x, wi, wo):
-    hidden = tf.nn.relu(tf.einsum('GSM,MH->GSH', x, wi))
-    return tf.einsum('GSH,HM->GSM', hidden, wo), 0.0
-
-  wi = rng.normal(size=(m, 2 * h)) / np.sqrt(m)
-  wo = rng.normal(size=(2 * h, m)) / np.sqrt(2 * h)
-  return _Case(f'dense FFN H={2 * h} {compile_mode}', _grad_step(_fn, compile_mode == 'jit'), [x, dy, wi, wo],
-               3 * 2 * (2 * g * s * m * 2 * h), kind='dense', mode=compile_mode)
-
-
-def _WiLayout(mode):
-  if _WI_LAYOUT.value != 'auto':
-    return _WI_LAYOUT.value
-  return 'emh' if mode == 'jit' else 'ehm'
-
-
-def _moe_case(g, s, m, h, e, cf, dispatch, mode, x, dy, rng):
-  wi_layout = _WiLayout(mode)
-
-  def _fn(x, w_gate, wi, wo):
-    y, aux, _ = moe.moe_ffn(x, w_gate, wi, wo, capacity_factor=cf, dispatch=dispatch,
-                            island=step_runner.CompileIsland if mode == 'hybrid' else None,
-                            wi_layout=wi_layout)
-    return y, aux
-
-  w_gate = rng.normal(size=(m, e)) / np.sqrt(m)
-  wi = rng.normal(size=(e, m, h)) / np.sqrt(m)
-  if wi_layout == 'ehm':
-    wi = np.ascontiguousarray(np.transpose(wi, [0, 2, 1]))
-  wo = rng.normal(size=(e, h, m)) / np.sqrt(h)
-  c = gating.expert_capacity(s, e, cf)
-  flops = 3 * (2 * (2 * e * g * c * m * h) + 2 * g * s * m * e)
-  return _Case(f'MoE {dispatch} E={e} C={c} {mode}', _grad_step(_fn, mode == 'jit'), [x, dy, w_gate, wi, wo],
-               flops, kind='moe', experts=e, capacity=c, dispatch=dispatch, mode=mode, wi_layout=wi_layout)
-
-
-def _matmul_case(n, a, b, compile_mode):
-  @tf.function(jit_compile=compile_mode == 'jit')
-  def _step(a, b):
-    return [tf.matmul(a, b)]
-
-  return _Case(f'matmul {n}^3 {compile_mode}', _step, [a, b], 2 * n**3, kind='matmul', mode=compile_mode)
-
-
-def _Wait(outputs):
-  """Returns when `outputs` are computed, without copying them.
-
-  `t.numpy()` copies a CPU tensor (12 ms for one 134 MB expert gradient at E=128 here), which charged the
-  benchmark's own copies to the steps with the largest weights. A tf.function call in (default) synchronous
-  eager mode returns computed outputs on a CPU (the machine these benchmarks target; GPU kernels would
-  still be queued on streams); async_wait also covers async eager mode.
-  """
-  del outputs
-  context.async_wait()
-
-
-class _Case:
-  """One step with its arguments, FLOPs and timings."""
-
-  def __init__(self, name, step, args, flops, **info):
-    self.name, self.step, self.flops, self.info = name, step, flops, info
-    self.args = [tf.constant(a, tf.float32) for a in args]
-    self.times, self.user, self.system, self.faults = [], [], [], []
-    self.trace_s = self.first_call_s = 0.0
-
-  def Prepare(self, warmup):
-    start = time.perf_counter()
-    self.step.get_concrete_function(*self.args)
-    self.trace_s = time.perf_counter() - start
-    self.first_call_s = self.Run()[0]
-    for _ in range(warmup):
-      self.Run()
-
-  def Run(self):
-    """One call, blocking until every output is computed. Returns wall, user, system seconds, page faults."""
-    wall, cpu, faults = time.perf_counter(), os.times(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    outputs = self.step(*self.args)
-    _Wait(outputs)
-    end = os.times()
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-    return time.perf_counter() - wall, end.user - cpu.user, end.system - cpu.system, faults
-
-  def Summary(self):
-    med = float(np.median(self.times))
-    return dict(name=self.name, median_ms=1e3 * med, min_ms=1e3 * min(self.times),
-                spread=(max(self.times) - min(self.times)) / med, user_ms=1e3 * float(np.median(self.user)),
-                system_ms=1e3 * float(np.median(self.system)), page_faults=int(np.median(self.faults)),
-                trace_s=self.trace_s,
-                compile_s=max(self.first_call_s - med, 0.0), gflops=self.flops / 1e9,
-                gflop_per_s=self.flops / med / 1e9, **self.info)
-
-
-def _CompileModes(modes):
-  """The dense rows' compile modes: the dense FFN has no islands, so hybrid and graph share a graph row."""
-  return [c for c in ('jit', 'graph') if any((m == 'jit') == (c == 'jit') for m in modes)]
-
-
-def BuildCases():
-  """The steps to time, in the order they are reported: matmuls, dense, MoE at --num_experts, the sweep."""
-  g, s, m, h = _GROUPS.value, _GROUP_SIZE.value, _MODEL_DIM.value, _HIDDEN_DIM.value
-  cf, rng, modes = _CAPACITY_FACTOR.value, np.random.RandomState(0), _MODES.value
-  for mode in modes:
-    if mode not in MODES:
-      raise app.UsageError(f'unknown mode {mode!r}; expected some of {MODES}')
-  x, dy = rng.normal(size=(g, s, m)), rng.normal(size=(g, s, m))
-  n = _MATMUL_DIM.value
-  a, b = rng.normal(size=(n, n)), rng.normal(size=(n, n))
-  cases = [_matmul_case(n, a, b, c) for c in ('jit', 'graph') if c == 'jit' or c in _CompileModes(modes)]
-  cases += [_dense_case(g, s, m, h, x, dy, rng, c) for c in _CompileModes(modes)]
-  runs = [(_NUM_EXPERTS.value, d, mode) for mode in modes for d in _DISPATCH.value]
-  runs += [(int(e), d, mode) for mode in modes for d in _SWEEP_DISPATCH.value for e in _SWEEP_EXPERTS.value
-           if (int(e), d, mode) not in runs]
-  for e, dispatch, mode in runs:
-    if dispatch not in moe.DISPATCH_MODES:
-      raise app.UsageError(f'unknown dispatch {dispatch!r}; expected one of {moe.DISPATCH_MODES}')
-    cases.append(_moe_case(g, s, m, h, e, cf, dispatch, mode, x, dy, rng))
-  return cases
-
-
-def TimeCases(cases, repeats, warmup):
-  for case in cases:
-    case.Prepare(warmup)
-  for _ in range(repeats):
-    for case in cases:  # round-robin: outside load hits every case alike
-      wall, user, system, faults = case.Run()
-      case.times.append(wall)
-      case.user.append(user)
-      case.system.append(system)
-      case.faults.append(faults)
-
-
-def Report(cases):
-  """Returns (table text, results dict) with the ratios the targets are stated in.
-
-  Each MoE row is divided by the dense row of its own compile mode (`over_dense`) and by the faster dense row
-  (`over_best_dense`); FLOP/s are divided by the jit-compiled matmul's, as the target defines them.
-  """
-  rows = [c.Summary() for c in cases]
-  matmul = next(r for r in rows if r['kind'] == 'matmul' and r['mode'] == 'jit')
-  dense = {r['mode']: r for r in rows if r['kind'] == 'dense'}
-  best_dense = min(dense.values(), key=lambda r: r['median_ms'])
-  moe_rows = [r for r in rows if r['kind'] == 'moe']
-  for r in moe_rows:
-    own = dense['jit' if r['mode'] == 'jit' else 'graph']
-    r['over_dense'] = r['median_ms'] / own['median_ms']
-    r['over_dense_min'] = r['min_ms'] / own['min_ms']
-    r['over_best_dense'] = r['median_ms'] / best_dense['median_ms']
-  for r in rows:
-    r['flops_fraction'] = r['gflop_per_s'] / matmul['gflop_per_s']
-  checks = []
-  for mode in _MODES.value:
-    main = [r for r in moe_rows if r['dispatch'] == 'index' and r['experts'] == _NUM_EXPERTS.value and
-            r['mode'] == mode]
-    if main:
-      r = main[0]
-      for d in sorted(dense.values(), key=lambda d: d is not best_dense):
-        best = ' (best dense)' if d is best_dense else ''
-        checks.append((f'MoE {mode} / dense {d["mode"]}{best}', r['median_ms'] / d['median_ms'], '<=',
-                       _TARGET_MOE_OVER_DENSE))
-      checks.append((f'MoE {mode} FLOP/s / matmul jit', r['flops_fraction'], '>=', _TARGET_FLOPS_FRACTION))
-    sweep = sorted((r for r in moe_rows if r['dispatch'] == 'index' and r['mode'] == mode),
-                   key=lambda r: r['experts'])
-    if len(sweep) > 1 and sweep[0]['experts'] < sweep[-1]['experts']:
-      lo, hi = sweep[0], sweep[-1]
-      checks.append((f'MoE {mode} E={hi["experts"]} / E={lo["experts"]}', hi['median_ms'] / lo['median_ms'],
-                     '<=', _TARGET_SWEEP_RATIO))
-  lines = [f'{"step":<32}{"median ms":>10}{"min ms":>8}{"spread":>7}{"user ms":>8}{"sys ms":>7}{"faults":>7}'
-           f'{"trace s":>8}{"compile s":>10}{"GFLOP/s":>8}{"/dense":>7}{"/matmul":>8}']
-  for r in rows:
-    ratio = f'{r["over_dense"]:>7.2f}' if 'over_dense' in r else f'{"":>7}'
-    lines.append(f'{r["name"]:<32}{r["median_ms"]:>10.1f}{r["min_ms"]:>8.1f}{r["spread"]:>7.2f}'
-                 f'{r["user_ms"]:>8.0f}{r["system_ms"]:>7.0f}{r["page_faults"]:>7}{r["trace_s"]:>8.2f}'
-                 f'{r["compile_s"]:>10.2f}{r["gflop_per_s"]:>8.0f}{ratio}{r["flops_fraction"]:>8.2f}')
-  lines.append('(/dense: over the dense row of the same compile mode, graph for hybrid; /matmul: over the '
-               'jit matmul)')
-  lines.append('')
-  for name, value, op, target in checks:
-    met = value <= target if op == '<=' else value >= target
-    lines.append(f'{name:<44}{value:6.2f}   target {op} {target:<5} {"met" if met else "MISSED"}')
-  results = dict(rows=rows, checks=[dict(name=n, value=v, op=o, target=t) for n, v, o, t in checks])
-  return '\n'.join(lines), results
-
-
-def ProfileStep(case, calls=5):
-  """Per-XLA-op milliseconds per call of `case`, from the runtime's trace events, largest first."""
-  # Imported here: only --profile needs the profiler's protos.
-  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
-  logdir = tempfile.mkdtemp(prefix='moe_benchmark_profile_')
-  tf.profiler.experimental.start(logdir)
-  for _ in range(calls):
-    case.Run()
-  tf.profiler.experimental.stop()
-  space = xplane_pb2.XSpace()
-  with open(glob.glob(os.path.join(logdir, '**', '*.xplane.pb'), recursive=True)[0], 'rb') as f:
-    space.ParseFromString(f.read())
-  # HLO instruction name -> shape and opcode, to label the events.
-  labels = {}
-  for line in case.step.experimental_get_compiler_ir(*case.args)(stage='optimized_hlo').split('\n'):
-    m = re.match(r'\s*(?:ROOT )?%(\S+) = (\S+) ([\w-]+)\(', line)
-    if m:
-      labels[m.group(1)] = f'{m.group(3)} {m.group(2)}'
-  totals = collections.Counter()
-  for plane in space.planes:
-    names = {k: v.name for k, v in plane.event_metadata.items()}
-    for line in plane.lines:
-      for event in line.events:
-        name = names.get(event.metadata_id, '')
-        if name in labels:
-          totals[name] += event.duration_ps / 1e9 / calls
-  return [(name, ms, labels[name]) for name, ms in totals.most_common()]
-
-
-def _ProfileText(case):
-  ops = ProfileStep(case)
-  total = sum(ms for _, ms, _ in ops)
-  groups = collections.Counter()
-  for _, ms, label in ops:
-    opcode, shape = label.split(' ', 1)
-    if opcode == 'dot':
-      rank = shape.split(']')[0].count(',') + 1
-      groups['expert matmuls' if rank >= 3 else 'router matmuls'] += ms
-    else:
-      groups['everything else (gating, dispatch, combine, activation)'] += ms
-  lines = [f'Per-op time of {case.name}, ms per step ({total:.1f} ms in ops; with several threads, '
-           'concurrent ops overlap):']
-  lines += [f'  {ms:7.2f}  {ms / total:5.1%}  {name}' for name, ms in groups.most_common()]
-  lines += [f'  {ms:7.2f}  {name:<28} {label}' for name, ms, label in ops[:15]]
-  return '\n'.join(lines)
-
-
-def _KeepFreedMemory():
-  libc = ctypes.CDLL('libc.so.6')
-  m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-  if not (libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, (1 << 31) - 1)):
-    raise RuntimeError('mallopt refused the thresholds')
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -351,13 +74,21 @@ def main(argv):
     xla_flags = os.environ.get('XLA_FLAGS', '')
     os.environ['XLA_FLAGS'] = f'{xla_flags} --xla_cpu_enable_xprof_traceme=true'.strip()
   if _KEEP_FREED_MEMORY.value:
-    _KeepFreedMemory()
+    moe_ffn.KeepFreedMemory()
   if _INTRA_OP_THREADS.value:
     tf.config.threading.set_intra_op_parallelism_threads(_INTRA_OP_THREADS.value)
   load_before = os.getloadavg()[0]
-  cases = BuildCases()
-  TimeCases(cases, _REPEATS.value, _WARMUP.value)
-  text, results = Report(cases)
+  config = moe_ffn.Config(
+      groups=_GROUPS.value, group_size=_GROUP_SIZE.value, model_dim=_MODEL_DIM.value,
+      hidden_dim=_HIDDEN_DIM.value, num_experts=_NUM_EXPERTS.value, capacity_factor=_CAPACITY_FACTOR.value,
+      dispatch=_DISPATCH.value, modes=_MODES.value, sweep_experts=[int(e) for e in _SWEEP_EXPERTS.value],
+      sweep_dispatch=_SWEEP_DISPATCH.value, matmul_dim=_MATMUL_DIM.value, wi_layout=_WI_LAYOUT.value)
+  try:
+    cases = moe_ffn.BuildCases(config)
+  except ValueError as e:
+    raise app.UsageError(str(e))
+  moe_ffn.TimeCases(cases, _REPEATS.value, _WARMUP.value)
+  text, results = moe_ffn.Report(cases, config)
   results['config'] = dict(
       groups=_GROUPS.value, group_size=_GROUP_SIZE.value, model_dim=_MODEL_DIM.value,
       hidden_dim=_HIDDEN_DIM.value, capacity_factor=_CAPACITY_FACTOR.value, modes=_MODES.value,
@@ -374,7 +105,7 @@ def main(argv):
                  c.info.get('experts') == _NUM_EXPERTS.value]
     if main_case:
       print()
-      print(_ProfileText(main_case[0]))
+      print(moe_ffn.ProfileText(main_case[0]))
   if _JSON.value == '-':
     print(json.dumps(results, indent=1))
   elif _JSON.value:
