@@ -49,7 +49,7 @@ class M4TinyBase(experiment.Experiment):
   LANGUAGES = ()              # empty: every language of the corpus
   TEMPERATURE = 5.0           # p_l ∝ n_l^(1/T), the M4 setting
   # The recipe: Adafactor (the paper's optimizer) with a schedule that ends where the run does.
-  MAX_STEPS = 8500            # ~2 h on 2 cores: 0.8 s a step (bfloat16, 32 rows; float32 16 rows: 0.65 s)
+  MAX_STEPS = 8500            # sized for <= 2 h on 2 cores (bfloat16, 32 rows; docs/recipe.md has the times)
   SCHEDULE = 'cosine'         # warm-up, then a half cosine to 0 at MAX_STEPS
   LEARNING_RATE = 0.03        # peak (Adafactor scales it by each weight's RMS)
   WARMUP_STEPS = 100
