@@ -2,7 +2,6 @@
 gives the single-device values. The clients talk over loopback only."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -10,23 +9,14 @@ import numpy as np
 
 from lingvo_gshard.core import sharding
 import sharding_model_fixture as fx
+import loopback
 
 _CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'dtensor_client.py')
 
 
-def _FreePorts(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(('127.0.0.1', 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
 def test_two_clients_form_one_mesh_with_single_device_values():
   ref_loss, ref_grads, _, _, _ = fx.RunStep(sharding.Partitioner('none'))
-  jobs = ','.join(f'localhost:{p}' for p in _FreePorts(2))
+  jobs = ','.join(f'localhost:{p}' for p in loopback.FreePorts(2))
   procs = []
   for client in range(2):
     env = dict(os.environ, DTENSOR_CLIENT_ID=str(client), DTENSOR_NUM_CLIENTS='2', DTENSOR_JOB_NAME='worker',

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 
@@ -21,6 +20,7 @@ from lingvo_gshard.core import sharding
 from lingvo_gshard.train import dev_eval
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
+import loopback
 import trainer_test
 from trainer_test import data_dir  # pylint: disable=unused-import  (the corpus fixture)
 
@@ -128,23 +128,13 @@ class _Deterministic(_Exp):
     return p
 
 
-def _FreePorts(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(('127.0.0.1', 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
 def test_two_trainer_processes_train_one_mesh_like_one_device(data_dir, tmp_path):
   """Two trainer clients on loopback, 4 virtual CPU devices each, form one 8-device DTensor mesh
   (data:2,expert:4) and train 3 steps of a tiny MoE: their losses are the one-device run's, client 0 alone
   writes the logs, and the checkpoint they wrote together restores on one device."""
   lines = []
   ref = _Train(data_dir, tmp_path / 'one', lines, max_steps=3, exp=_Deterministic(data_dir))
-  jobs = ','.join(f'localhost:{p}' for p in _FreePorts(2))
+  jobs = ','.join(f'localhost:{p}' for p in loopback.FreePorts(2))
   procs = [subprocess.Popen(
       [sys.executable, _CLIENT, data_dir, str(tmp_path / 'mesh'), '--mesh=data:2,expert:4', '--deterministic',
        '--max_steps=3'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
