@@ -249,7 +249,8 @@ def test_the_evaler_scores_every_checkpoint_like_the_training_loop(data_dir, who
   evaler = dev_eval.DevEvaler(_Exp(data_dir), sharding.Partitioner('none'), str(logdir), log=lambda l: None)
   assert evaler.Watch(timeout=0) == 2  # ckpt-3 and ckpt-6, then it stops: 6 is max_steps
   rows = [json.loads(l) for l in open(logdir / dev_eval.DEV_LOG)]
-  assert [r['step'] for r in rows] == [3, 6]
+  assert [(r['step'], r['job']) for r in rows] == [(3, 'trainer'), (6, 'trainer'), (3, 'evaler'), (6, 'evaler')]
+  rows = rows[2:]
   in_loop = {int(l.split()[1]): float(l.split()[4]) for l in lines if 'dev loss' in l}
   for r in rows:  # the same dev batches through the same eval step
     assert r['loss'] == pytest.approx(in_loop[r['step']], rel=1e-4)

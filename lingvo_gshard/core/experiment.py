@@ -44,6 +44,10 @@ class Experiment:
     p.Define('keep_checkpoints', 3, 'Newest checkpoints kept (older ones are deleted).')
     p.Define('keep_checkpoint_every_n_hours', 0.0, 'Also keep one checkpoint per this many hours of '
              'training, whatever keep_checkpoints says (0 = off): points of a learning curve.')
+    p.Define('early_stop_patience', 0, 'Stop when this many dev evaluations in a row have not lowered the '
+             'best dev cross-entropy by early_stop_tolerance (0 = off; Lingvo\'s early_stop window). Keep '
+             'more checkpoints than this, and eval_interval = save_interval, so the best one is still there.')
+    p.Define('early_stop_tolerance', 0.0, 'Smallest drop of the dev cross-entropy that counts as better.')
     return p
 
   def Train(self) -> Optional[hyperparams.Params]:

@@ -2,11 +2,13 @@
 
 It watches the log directory (`tf.train.checkpoints_iterator`), restores each new checkpoint into a model
 built from the run's params.txt, writes the dev loss — overall and per language — to `LOGDIR/dev/` for
-TensorBoard and to `LOGDIR/dev_eval.jsonl`, and stops after the checkpoint of the run's last step.
+TensorBoard and to `LOGDIR/dev_eval.jsonl`, and stops after the checkpoint of the run's last step. The
+training loop's own dev evaluations go to the same file (job 'trainer'): early stopping reads them there, so
+a resumed run knows its history.
 """
 import json
 import os
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -34,6 +36,50 @@ def DevMetrics(learner: learner_lib.Learner, input_params, max_batches: int) -> 
   if not tokens:
     return None
   return {k: v / tokens for k, v in totals.items()}
+
+
+def ReadDevLog(logdir: str) -> List[Dict]:
+  """The rows of LOGDIR/dev_eval.jsonl ({'step', 'checkpoint', 'loss', 'xent', ...}), by step, the last row
+  of a step kept (an evaluation repeated after a resume)."""
+  path = os.path.join(logdir, DEV_LOG)
+  rows = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      for line in f:
+        if line.strip():
+          row = json.loads(line)
+          rows[row['step']] = row
+  return [rows[s] for s in sorted(rows)]
+
+
+def AppendDevLog(logdir: str, step: int, metrics: Dict[str, float], checkpoint: str = '', job: str = 'evaler'):
+  """One row of LOGDIR/dev_eval.jsonl: the evaler's (job 'evaler') or the training loop's ('trainer')."""
+  with open(os.path.join(logdir, DEV_LOG), 'a') as f:
+    f.write(json.dumps({'step': step, 'checkpoint': checkpoint or f'ckpt-{step}', 'job': job,
+                        **{k: round(v, 5) for k, v in metrics.items()}}) + '\n')
+
+
+def Best(rows: Sequence[Dict], metric: str = 'xent') -> Optional[Dict]:
+  """The row with the lowest `metric` (the earliest of equals), or None."""
+  rows = [r for r in rows if metric in r]
+  return min(rows, key=lambda r: (r[metric], r['step'])) if rows else None
+
+
+def EarlyStop(rows: Sequence[Dict], patience: int, tolerance: float = 0.0,
+              metric: str = 'xent') -> Optional[str]:
+  """Why training should stop, or None: the last `patience` evaluations (by step) have not lowered the best
+  earlier value of `metric` by more than `tolerance`."""
+  rows = [r for r in sorted(rows, key=lambda r: r['step']) if metric in r]
+  if patience <= 0 or len(rows) <= patience:
+    return None
+  best_before = min(r[metric] for r in rows[:-patience])
+  recent = rows[-patience:]
+  if min(r[metric] for r in recent) < best_before - tolerance:
+    return None
+  best = Best(rows, metric)
+  return (f'dev {metric} has not improved on {best_before:.4f} by more than {tolerance:g} in the last '
+          f'{patience} evaluations (steps {recent[0]["step"]}-{recent[-1]["step"]}); best {best[metric]:.4f} '
+          f'at step {best["step"]}')
 
 
 class DevEvaler:
@@ -70,9 +116,7 @@ class DevEvaler:
       for k, v in out.items():
         tf.summary.scalar(k, v, step=step)
     self.writer.flush()
-    with open(os.path.join(self.logdir, DEV_LOG), 'a') as f:
-      f.write(json.dumps({'step': step, 'checkpoint': os.path.basename(path),
-                          **{k: round(v, 5) for k, v in out.items()}}) + '\n')
+    AppendDevLog(self.logdir, step, out, os.path.basename(path))
     if 'loss' in out:
       self.log(f'{os.path.basename(path)} (step {step}): dev loss {out["loss"]:.4f} xent {out["xent"]:.4f}'
                + (f', {len(self.languages)} languages' if self.languages else ''))
@@ -83,7 +127,9 @@ class DevEvaler:
     if not os.path.exists(path):
       return set()
     with open(path) as f:
-      return {json.loads(line)['checkpoint'] for line in f if line.strip()}
+      rows = [json.loads(line) for line in f if line.strip()]
+    # The training loop's own evaluations have no per-language losses: the evaler still does those.
+    return {r['checkpoint'] for r in rows if r.get('job', 'evaler') == 'evaler'}
 
   def Watch(self, timeout: Optional[float] = None) -> int:
     """Evaluates every checkpoint not evaluated yet, then each new one as it appears, until the one at

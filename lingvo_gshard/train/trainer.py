@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.experimental import dtensor
@@ -132,6 +132,7 @@ class Trainer:
     self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) if self.chief else
                     tf.summary.create_noop_writer() for s in ('train', 'dev')}
     self._resumed_seconds = None  # training seconds before this process, read at the first save
+    self._dev_rows: Optional[List[Dict]] = None  # in-training dev evaluations, for early stopping
 
   def _CheckMemory(self):
     """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device,
@@ -258,6 +259,10 @@ class Trainer:
       if saved >= lp.max_steps:
         self.log(f'already at step {saved} >= max_steps {lp.max_steps}')
         return {}
+    stopped = self.EarlyStopped()
+    if stopped and stopped[0] <= saved:
+      self.log(f'stopped early at step {stopped[0]} before: {stopped[1]}')
+      return {}
     if self.chief:
       with self.writers['train'].as_default():  # what the run is, beside its curves (Lingvo's params summary)
         with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE)) as f:
@@ -315,11 +320,12 @@ class Trainer:
                  f'{last["target_tokens_per_sec"]:.0f} tgt tok/s  elapsed {_Clock(now - began)} '
                  f'eta {_Clock(eta)}')
         window_tokens, window_start = 0.0, time.time()
-      if evaluate and lp.eval_interval and step % lp.eval_interval == 0:
-        self._RunEval(step)
-      if step % lp.save_interval == 0 or step == lp.max_steps:
+      stop = evaluate and lp.eval_interval and step % lp.eval_interval == 0 and self._RunEval(step)
+      if step % lp.save_interval == 0 or step == lp.max_steps or stop:
         self._Save(step, time.time() - began)
         saved_step = step
+      if stop:
+        return last
       if signals.received:
         if saved_step != step:
           self._Save(step, time.time() - began)
@@ -349,8 +355,36 @@ class Trainer:
                           'train_seconds': round(self._resumed_seconds + seconds, 1),
                           'time': time.strftime('%Y-%m-%dT%H:%M:%S')}) + '\n')
 
-  def _RunEval(self, step):
+  def EarlyStopped(self) -> Optional[Tuple[int, str]]:
+    """(step, why) if the dev evaluations in the log directory say early stopping ended (or ends) the run."""
+    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
+    lp = self.learner_p
+    if not lp.early_stop_patience:
+      return None
+    if self._dev_rows is None:  # the evaluations of earlier processes of this run, then this one's
+      self._dev_rows = [r for r in dev_eval.ReadDevLog(self.logdir) if r.get('job') == 'trainer']
+    rows = self._dev_rows
+    for n in range(1, len(rows) + 1):  # the first evaluation at which the rule fired
+      why = dev_eval.EarlyStop(rows[:n], lp.early_stop_patience, lp.early_stop_tolerance)
+      if why:
+        return rows[n - 1]['step'], why
+    return None
+
+  def _RunEval(self, step) -> bool:
+    """Dev evaluation at `step`; True if early stopping says training ends here."""
+    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     dev = self.Evaluate()
-    if dev:
-      self._Summaries('dev', dev, step)
-      self.log(f'step {step:6d} dev loss {dev["loss"]:.4f} xent {dev["xent"]:.4f}')
+    if not dev:
+      return False
+    self._Summaries('dev', dev, step)
+    self.log(f'step {step:6d} dev loss {dev["loss"]:.4f} xent {dev["xent"]:.4f}')
+    if self.chief:
+      dev_eval.AppendDevLog(self.logdir, step, dev, job='trainer')
+    if self.learner_p.early_stop_patience:
+      self.EarlyStopped()  # loads the history first
+      self._dev_rows = [r for r in self._dev_rows if r['step'] < step] + [{'step': step, **dev}]
+    stopped = self.EarlyStopped()
+    if stopped and stopped[0] == step:
+      self.log(f'step {step:6d} early stop: {stopped[1]}')
+      return True
+    return False
