@@ -55,6 +55,8 @@ setuptools.setup(
             'gshard_evaluate = lingvo_gshard.tools.evaluate:run',
             'gshard_prepare_data = lingvo_gshard.tools.prepare_data:run',
             'gshard_list_models = lingvo_gshard.tools.list_models:run',
+            'gshard_train_baselines = lingvo_gshard.tools.train_baselines:run',
+            'gshard_m4_report = lingvo_gshard.tools.m4_report:run',
         ],
     },
     extras_require={

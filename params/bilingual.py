@@ -3,7 +3,9 @@
 The paper reports multilingual models as BLEU deltas against a bilingual model per pair. Here every pair of
 the default corpus gets a registered experiment `Bilingual_<code>` (e.g. `Bilingual_de`, `Bilingual_sr-Latn`
 is `Bilingual_sr_Latn`), generated from `BilingualBase`: the tiny dense model trained on that pair alone,
-with the multilingual models' vocabularies so BLEU compares like with like.
+with the multilingual models' vocabularies so BLEU compares like with like. As registered it has
+M4TinyDense's size; `Overrides(train_pairs)` sizes it for its pair's data and sets its step budget (what
+tools/train_baselines.py trains; the rule is TIERS and Steps below).
 """
 from lingvo_gshard.core import registry
 from lingvo_gshard.params import m4_tiny
@@ -19,6 +21,56 @@ M4_LANGUAGES = (
     'mk', 'az', 'mn', 'sc', 'wa', 'si', 'xh', 'km', 'hy', 'fil', 'sr-ijekavsk', 'ps', 'nso', 'br', 'ky',
     'nds', 'ku', 'tt', 'an', 'yi', 'rw', 'lg',
 )
+
+
+# Baselines sized for their data (the paper tuned each pair's model; fairseq's low-resource recipes shrink
+# the model and raise dropout as the data shrinks): (fewest training pairs, tier, sizes). A pair takes the
+# first tier whose floor it reaches. 'large' is M4TinyDense itself.
+TIERS = (
+    (30000, 'large', dict(model_dim=256, hidden_dim=1024, num_heads=4, num_layers=3, dropout=0.1, rows=0)),
+    (8000, 'medium', dict(model_dim=256, hidden_dim=1024, num_heads=4, num_layers=2, dropout=0.2, rows=16)),
+    (0, 'small', dict(model_dim=128, hidden_dim=512, num_heads=2, num_layers=2, dropout=0.3, rows=16)),
+)
+# Training budget: steps proportional to the pair's training data, between a floor and a cap; dev loss is
+# evaluated (and a checkpoint written) EVALS_PER_RUN times a run and early stopping ends a run whose dev loss
+# has stopped falling.
+STEPS_PER_PAIR = 0.04
+MIN_STEPS, MAX_STEPS = 300, 2000
+EVALS_PER_RUN = 10
+PATIENCE = 2
+
+
+def Tier(train_pairs: int):
+  """(tier name, sizes) of a pair with `train_pairs` training pairs."""
+  for floor, name, sizes in TIERS:
+    if train_pairs >= floor:
+      return name, sizes
+  raise ValueError(f'train_pairs must be >= 0, got {train_pairs}')
+
+
+def Steps(train_pairs: int) -> int:
+  """The step budget of a pair: STEPS_PER_PAIR per training pair, within [MIN_STEPS, MAX_STEPS]."""
+  return int(min(MAX_STEPS, max(MIN_STEPS, round(STEPS_PER_PAIR * train_pairs))))
+
+
+def Overrides(train_pairs: int) -> str:
+  """Params overrides (params.txt keys) that size `Bilingual_<code>` for a pair of `train_pairs` and set its
+  budget and early stopping; the trainer records them in params.txt, so the evaluator rebuilds the same."""
+  _, z = Tier(train_pairs)
+  steps = Steps(train_pairs)
+  interval = max(50, steps // EVALS_PER_RUN)
+  items = [('task.model_dim', z['model_dim']), ('task.hidden_dim', z['hidden_dim']),
+           ('task.num_heads', z['num_heads']), ('task.encoder.num_layers', z['num_layers']),
+           ('task.decoder.num_layers', z['num_layers']), ('task.input_dropout_prob', z['dropout']),
+           ('task.encoder.layer_tpl.residual_dropout_prob', z['dropout']),
+           ('task.decoder.layer_tpl.residual_dropout_prob', z['dropout']),
+           ('learner.max_steps', steps), ('learner.eval_interval', interval),
+           ('learner.save_interval', interval), ('learner.keep_checkpoints', PATIENCE + 2),
+           ('learner.keep_checkpoint_every_n_hours', 0.0),
+           ('learner.early_stop_patience', PATIENCE)]
+  if z['rows']:
+    items.append(('input.train.batch_rows', z['rows']))
+  return '; '.join(f'{k} : {v}' for k, v in items)
 
 
 class BilingualBase(m4_tiny.M4TinyBase):
