@@ -1,6 +1,6 @@
 """CPU-sized multilingual experiments on the embedded gettext corpus (100 languages -> English).
 
-`M4TinyDense` and `M4TinyMoE` have the same per-token FLOPs: the MoE model's experts have half the dense
+`M4TinyDense`, `M4TinyMoE` and `M4TinyMoE64` have the same per-token FLOPs: the MoE model's experts have half the dense
 FFN's hidden size, and top-2 routing runs two of them per token (plus a router that costs M*E). Both are
 small enough that a training step on 2 CPU cores takes well under a second.
 
@@ -121,6 +121,13 @@ class M4TinyDense(M4TinyBase):
 class M4TinyMoE(M4TinyBase):
   """Tiny GShard MoE (3+3 layers, 16 experts every other FFN) with the dense model's per-token FLOPs."""
   NUM_EXPERTS = 16
+
+
+@registry.Register
+class M4TinyMoE64(M4TinyMoE):
+  """M4TinyMoE with 64 experts: 4x the expert weights at the same per-token FLOPs (top-2 of 64 experts as
+  wide as before; only the router grows, M*E): the paper's larger-MoE point of its Delta-BLEU figure."""
+  NUM_EXPERTS = 64
 
 
 class _Demo:

@@ -84,3 +84,16 @@ def test_optimizer_state_is_what_the_optimizer_allocates(opt):
   assert r.optimizer_bytes_per_device == allocated
   if opt == 'Adam':
     assert allocated == 2 * r.bytes_per_device  # m and v of every (float32) weight
+
+
+def test_tiny_family_has_equal_per_token_flops():
+  """M4TinyDense, M4TinyMoE and M4TinyMoE64 differ in parameters, not in per-token work: top-2 of experts
+  half the dense FFN's width costs the dense FFN, and only the router grows with E (2*M*E per token)."""
+  dense, moe, moe64 = (model_analysis.AnalyzeExperiment(n) for n in ('M4TinyDense', 'M4TinyMoE', 'M4TinyMoE64'))
+  exp = registry.Get('M4TinyMoE')
+  moe_layers = moe.num_moe_layers
+  assert moe_layers == moe64.num_moe_layers == 2 and (moe.num_experts, moe64.num_experts) == (16, 64)
+  for r, e in ((moe, 16), (moe64, 64)):
+    assert r.flops_per_token == pytest.approx(dense.flops_per_token + moe_layers * 2 * exp.MODEL_DIM * e)
+    assert r.active_params_per_token == dense.active_params_per_token + moe_layers * exp.MODEL_DIM * e
+  assert moe64.expert_params == 4 * moe.expert_params == moe_layers * 64 * 2 * exp.MODEL_DIM * exp.HIDDEN_DIM // 2

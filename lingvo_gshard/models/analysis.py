@@ -4,9 +4,9 @@ Conventions (stated because the paper's Table 1 does not state its own):
   - total_params: every declared weight, embeddings and softmax included, counted in units of 1 (not 2^30).
   - active_params_per_token: weights a token's computation touches: everything but the experts, plus k
     experts per MoE layer (k = 2 for top-2, 1 for top-1; expert-choice: capacity_factor on average).
-  - flops_per_token (forward): 2 x (active matmul parameters, embedding lookup excluded, softmax included)
-    + attention scores and context (4 x context length x M per attention sub-layer)
-    + the router (2 x M x E per MoE layer). Training is ~3x this.
+  - flops_per_token (forward): 2 x (active matmul parameters, embedding lookup excluded, softmax and the
+    routers' M x E gates included) + attention scores and context (4 x context length x M per attention
+    sub-layer). Training is ~3x this.
   - bytes_per_device: weights (float32 unless declared otherwise), each sharded as the rules put it on the
     mesh; optimizer state as the optimizer's own SlotSpecs declare it (default Adafactor: factored second
     moments, rows + columns per matrix, beta1 = 0), each slot sharded like the weight's axes it keeps.
@@ -69,15 +69,12 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
   in_encoder = lambda path: '.encoder.' in path
   active = total - expert
   enc_active = sum(s.size for path, s in specs if in_encoder(path) and 'expert' not in s.logical_axes)
-  router_flops = enc_router = 0
+  # The router's [M,E] gate is a replicated matmul weight, already in `active`.
   for l in moes:
     per_token = int(2 * l.p.input_dim * l.p.hidden_dim * _ExpertsPerToken(l))
-    router = 2 * l.p.input_dim * l.p.num_experts
     active += per_token
-    router_flops += router
     if in_encoder(l.path + '.'):
       enc_active += per_token
-      enc_router += router
   # Embedding lookups are gathers, not matmuls; a tied softmax still multiplies by the target embedding.
   lookups = sum(s.size for path, s in specs if path.endswith(('src_emb.emb', 'pos_emb')))
   matmul_active = active - lookups
@@ -85,8 +82,8 @@ def Analyze(name: str, model: base_layer.BaseLayer, partitioner: sharding.Partit
   attn = lambda ls: sum(4 * seq_len * l.p.num_heads * l.dim_per_head for l in ls)
   attn_flops = attn(attn_layers)
   enc_attn = attn([l for l in attn_layers if in_encoder(l.path + '.')])
-  flops = 2 * matmul_active + attn_flops + router_flops
-  enc_flops = 2 * enc_active + enc_attn + enc_router
+  flops = 2 * matmul_active + attn_flops
+  enc_flops = 2 * enc_active + enc_attn
 
   mesh = partitioner.mesh
   weight_bytes = optimizer_bytes = 0

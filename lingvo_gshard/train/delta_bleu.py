@@ -235,8 +235,11 @@ def Plot(results: Dict, path: str, width_px: int = 1200, height_px: int = 480, d
   ax.set_xlim(-1, len(langs))
   ax.set_xlabel('language → English, from high to low resource (training pairs)')
   ax.set_ylabel('ΔBLEU vs bilingual')
-  if results['runs']:
+  if ax.get_legend_handles_labels()[0]:
     ax.legend(fontsize=8, loc='best')
+  else:
+    ax.text(0.5, 0.5, 'no language has both a bilingual and a multilingual score yet', ha='center',
+            transform=ax.transAxes)
   fig.tight_layout()
   fig.savefig(path, dpi=dpi)
   plt.close(fig)
