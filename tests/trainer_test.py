@@ -4,6 +4,7 @@ Exact resume (the same losses step for step after an interruption) is tested in 
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from lingvo_gshard.bench import steps as steps_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
@@ -57,6 +59,9 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   logdir, trainer, last, lines = trained
   assert trainer.Step() == 6 and np.isfinite(last['loss']) and last['aux_loss'] > 0
   assert sum(l.startswith('step') and 'dev loss' in l for l in lines) == 2  # steps 3 and 6
+  # Each log window's seconds per step (what model_benchmark --binary_steps reads), after the first step.
+  rates = [float(m.group(1)) for l in lines for m in [re.match(steps_lib.STEP_LINE, l)] if m]
+  assert len(rates) == 3 and all(0 < r < 60 for r in rates), lines
   params = open(os.path.join(logdir, 'params.txt')).read()
   assert 'task.encoder.moe_tpl.num_experts : 4' in params and 'input.train.batch_rows : 4' in params
   assert 'learner.optimizer.learning_rate : 0.5' in params and 'expert -> expert' in params

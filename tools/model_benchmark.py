@@ -7,6 +7,9 @@ the experiment's Train() shape, in each of --modes, median of repeated steps; to
 achieved FLOP/s = 3 x forward FLOPs per token (models/analysis.py) x tokens / step time, as a fraction of one
 large jit-compiled matmul (target >= 50%). The matmul and the steps are timed round-robin (one call of each
 per round), so load from other processes slows the reference and the steps alike.
+With --binary_steps, the trainer binary then trains each case on the real corpus and its own s/step is set
+against the step's (target: at most 10% more; the binary's input pipeline, fetches and logging are the
+difference; the corpus' packed rows against synthetic full ones is not: both run the same shapes).
 Decoding: greedy to length --decode_len with the incremental cache vs recomputing the whole prefix every step
 (target >= 5x), both jit-compiled, on the same random model and sources.
 """
@@ -29,7 +32,12 @@ _JSON = flags.DEFINE_string('json', '', "Write results as JSON to this path ('-'
 _MODES = flags.DEFINE_list('modes', ['jit', 'graph'], "Step modes: 'jit' (whole step XLA) and 'graph' (TF "
                            "graph, MoE routing and losses in XLA islands: StepRunner(jit=False)).")
 
+_BINARY_STEPS = flags.DEFINE_integer('binary_steps', 0, 'Also run the trainer binary this many steps per model '
+                                     'and mode on --data_dir and compare its s/step with the step above (0: off).')
+_DATA_DIR = flags.DEFINE_string('data_dir', '/tmp/gshard_data', 'Corpus of the --binary_steps runs.')
+
 _TARGET_FLOPS_FRACTION = 0.5
+_TARGET_BINARY_OVERHEAD = 0.10
 _TARGET_DECODE_SPEEDUP = 5.0
 
 
@@ -72,8 +80,21 @@ def main(argv):
     print(f'{r["name"]:<14} {r["batch"]:>6}x{r["length"]:<4} {1e3 * r["cached_s"]:9.1f} '
           f'{1e3 * r["recompute_s"]:12.1f} {r["speedup"]:7.1f}x  (target >= {_TARGET_DECODE_SPEEDUP:.0f}x: {ok}; '
           f'same output: {r["same_output"]})')
+  binary = []
+  if _BINARY_STEPS.value:
+    # After the round-robin, one process at a time: the binary competes with nothing of this one.
+    print(f'{"trainer binary":<20} {"steps":>6} {"s/step":>8} {"bench s/step":>12} {"overhead":>8}')
+    for r in train:
+      b = steps_lib.BinaryCase(r['name'], r['mode'], _DATA_DIR.value, _BINARY_STEPS.value)
+      b['bench_step_s'] = r['step_s']
+      b['overhead'] = b['binary_step_s'] / r['step_s'] - 1
+      binary.append(b)
+      ok = 'ok' if b['overhead'] <= _TARGET_BINARY_OVERHEAD else 'MISSED'
+      print(f'{r["name"] + " " + r["mode"]:<20} {b["steps"]:>6} {b["binary_step_s"]:8.3f} {r["step_s"]:12.3f} '
+            f'{b["overhead"]:+8.1%}  (target <= {_TARGET_BINARY_OVERHEAD:+.0%}: {ok})')
   if _JSON.value:
-    text = json.dumps({'matmul_flop_per_s': matmul, 'train': train, 'decode': decode}, indent=1)
+    text = json.dumps({'matmul_flop_per_s': matmul, 'train': train, 'decode': decode, 'binary': binary},
+                      indent=1)
     if _JSON.value == '-':
       print(text)
     else:

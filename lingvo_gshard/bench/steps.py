@@ -1,5 +1,6 @@
 """The training and decoding cases of tools/model_benchmark.py: a registered experiment's real step on a
 synthetic batch of its Train() shape, and cached vs recomputing greedy decoding."""
+import re
 import time
 
 import numpy as np
@@ -12,6 +13,10 @@ from lingvo_gshard.core import registry
 from lingvo_gshard.core import step_runner
 from lingvo_gshard.models import analysis
 from lingvo_gshard.models import decoding
+
+
+# A trainer log line's seconds per step over its window (train/trainer.py).
+STEP_LINE = r'^step\s+\d+/\d+ .* ([0-9.]+) s/step'
 
 
 def SyntheticBatch(rows, src_len, tgt_len, src_vocab, tgt_vocab, seed=0):
@@ -78,3 +83,25 @@ def DecodeCase(name, learner, task, batch_size, length, repeats):
   t_recompute = timing.Median(lambda: recompute(*args).numpy(), repeats)
   return dict(name=name, batch=batch_size, length=length, cached_s=t_cached, recompute_s=t_recompute,
               speedup=t_recompute / t_cached, same_output=bool(same))
+
+
+def BinaryCase(name, mode, data_dir, steps, log_interval=10):
+  """The trainer binary's own seconds per step: `python -m lingvo_gshard.tools.trainer --mode=train` for
+  `steps` steps of experiment `name` on the corpus in `data_dir` (a fresh log directory, no evaluations, one
+  save at the end), median of the s/step its log windows print after the first two (compilation, warm-up).
+  Returns {'name', 'mode', 'steps', 'binary_step_s', 'windows'}."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as logdir:
+    cmd = [sys.executable, '-m', 'lingvo_gshard.tools.trainer', f'--model={name}', f'--logdir={logdir}',
+           f'--data_dir={data_dir}', '--mode=train', f'--max_steps={steps}', '--jit' if mode == 'jit' else '--nojit',
+           f'--model_params_override=learner.log_interval : {log_interval}; learner.save_interval : {10 ** 9}']
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  if out.returncode:
+    raise RuntimeError(f'{" ".join(cmd)} exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}')
+  windows = [float(m.group(1)) for m in re.finditer(STEP_LINE, out.stdout, re.M)]
+  timed = windows[2:]
+  if not timed:
+    raise RuntimeError(f'{name}: {steps} steps gave {len(windows)} log windows; run more steps')
+  return dict(name=name, mode=mode, steps=steps, binary_step_s=float(np.median(timed)), windows=windows)

@@ -281,7 +281,7 @@ class Trainer:
 
   def _Loop(self, data, step, signals, evaluate):
     lp = self.learner_p
-    last, window_tokens, window_start = {}, 0.0, time.time()
+    last, window_tokens, window_steps, window_start = {}, 0.0, 0, time.time()
     began = start = window_start
     start_step, input_seconds, saved_step, skipped = step, None, step, 0
     while step < lp.max_steps:
@@ -306,6 +306,7 @@ class Trainer:
         start, start_step, window_start = time.time(), step, time.time()
       else:
         window_tokens += float(batch['tgt_weights'].sum())
+        window_steps += 1
       if step % lp.log_interval == 0 or step == lp.max_steps:
         fetched = {k: self.partitioner.Fetch(v) for k, v in metrics.items()}
         last = {k: float(v) for k, v in fetched.items() if v.ndim == 0}
@@ -317,9 +318,10 @@ class Trainer:
         eta = (now - start) / max(step - start_step, 1) * (lp.max_steps - step)
         self.log(f'step {step:6d}/{lp.max_steps} loss {last["loss"]:.4f} xent {last["xent"]:.4f} '
                  f'aux {last["aux_loss"]:.3f} lr {last["learning_rate"]:.2e} '
-                 f'{last["target_tokens_per_sec"]:.0f} tgt tok/s  elapsed {_Clock(now - began)} '
-                 f'eta {_Clock(eta)}')
-        window_tokens, window_start = 0.0, time.time()
+                 f'{last["target_tokens_per_sec"]:.0f} tgt tok/s '
+                 + (f'{elapsed / window_steps:.3f} s/step ' if window_steps else '')
+                 + f' elapsed {_Clock(now - began)} eta {_Clock(eta)}')
+        window_tokens, window_steps, window_start = 0.0, 0, time.time()
       stop = evaluate and lp.eval_interval and step % lp.eval_interval == 0 and self._RunEval(step)
       if step % lp.save_interval == 0 or step == lp.max_steps or stop:
         self._Save(step, time.time() - began)
