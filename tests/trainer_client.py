@@ -2,6 +2,7 @@
 trainer_faults_test.py, which kills it or runs two of them as the clients of one DTensor mesh; not a test).
 
   python tests/trainer_client.py DATA_DIR LOGDIR [--deterministic] [--max_steps=N] [--mesh=data:2,expert:4]
+  python tests/trainer_client.py DATA_DIR LOGDIR --decode     # the trainer's --mode=decode path instead
 
 With --mesh the process owns 4 virtual CPU devices and, when DTENSOR_JOBS & co. are set, joins the other
 clients in one mesh, as tools/trainer.py does on several hosts.
@@ -19,6 +20,7 @@ parser.add_argument('logdir')
 parser.add_argument('--mesh', default='')
 parser.add_argument('--max_steps', type=int, default=None)
 parser.add_argument('--deterministic', action='store_true')
+parser.add_argument('--decode', action='store_true')
 args = parser.parse_args()
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -35,6 +37,11 @@ from lingvo_gshard.train import trainer as trainer_lib  # pylint: disable=g-impo
 import trainer_faults_test  # pylint: disable=g-import-not-at-top
 
 exp = (trainer_faults_test._Deterministic if args.deterministic else trainer_faults_test._Exp)(args.data_dir)  # pylint: disable=protected-access
+if args.decode:
+  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
+  decode_job.Decode(exp, args.logdir, args.data_dir, 'test', **trainer_faults_test.DECODE_ARGS,
+                    log=lambda line: print(line, flush=True))
+  sys.exit(0)
 partitioner = sharding.Partitioner('dtensor', args.mesh) if args.mesh else sharding.Partitioner('none')
 trainer_lib.Trainer(exp, partitioner, args.logdir, max_steps=args.max_steps,
                     log=lambda line: print(line, flush=True)).Train()

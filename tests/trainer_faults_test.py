@@ -1,5 +1,5 @@
-"""The trainer under faults: SIGTERM mid-run, kill -9 at three moments, a truncated or garbage checkpoint, NaN
-losses; the evaler job.
+"""The trainer under faults: SIGTERM mid-run, kill -9 at three moments of training and during a decode, a
+truncated or garbage checkpoint, NaN losses; the evaler job.
 
 Each fault is checked against an uninterrupted run of the same experiment: after the fault and a restart the
 losses are the same step for step, and no checkpoint is lost or silently replaced by a fresh start.
@@ -76,10 +76,10 @@ def test_sigterm_saves_the_current_step_and_the_rerun_continues_it(data_dir, who
 _CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'trainer_client.py')
 
 
-def _RunUntil(data_dir, logdir, trigger):
-  """Trains _Exp in its own process (tests/trainer_client.py) and SIGKILLs it as soon as a log line starts
-  with `trigger`; returns the lines it printed."""
-  proc = subprocess.Popen([sys.executable, _CLIENT, data_dir, str(logdir)], stdout=subprocess.PIPE,
+def _RunUntil(data_dir, logdir, trigger, *flags):
+  """Trains _Exp in its own process (tests/trainer_client.py; decodes with --decode) and SIGKILLs it as soon
+  as a log line starts with `trigger`; returns the lines it printed."""
+  proc = subprocess.Popen([sys.executable, _CLIENT, data_dir, str(logdir), *flags], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
   lines = []
   for line in proc.stdout:
@@ -113,6 +113,29 @@ def test_kill_9_at_three_moments_then_the_losses_of_an_uninterrupted_run(data_di
   for segment in segments + [lines]:
     _AssertSameLosses(segment, whole[1], trainer_test._Losses(segment))  # pylint: disable=protected-access
   assert {1, 2} <= set(trainer_test._Losses(segments[0])) and {4, 5, 6} <= set(trainer_test._Losses(lines))  # pylint: disable=protected-access
+
+
+# The test split's decode of tests/trainer_client.py --decode and of the test below: the same settings.
+DECODE_ARGS = dict(languages=['de'], max_sentences=3, beam_size=2)
+
+
+def test_kill_9_during_decode_loses_no_result(data_dir, whole, tmp_path):
+  """A decode killed mid-way (the trainer's --mode=decode path, in its own process) leaves the earlier
+  results.json of that checkpoint as it was, and a rerun writes the same scores."""
+  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
+  logdir = _Copy(whole[0], tmp_path)
+  first, ev, ts, _ = decode_job.Decode(_Exp(data_dir), str(logdir), data_dir, 'test', **DECODE_ARGS,
+                                       log=lambda l: None)
+  path = os.path.join(ev.ResultDir(ts.name), 'results.json')
+  before = open(path, 'rb').read()
+  lines = _RunUntil(data_dir, logdir, 'decoding ', '--decode')  # compiling or decoding when it dies
+  n = sum(r['sentences'] for r in first['languages'].values())
+  assert lines[-1].startswith(f'decoding {n} sentences of {len(first["languages"])} languages'), lines[-3:]
+  assert open(path, 'rb').read() == before
+  assert not [f for f in os.listdir(ev.ResultDir(ts.name)) if f.endswith('.tmp')]
+  again = ev.Evaluate(ts)  # the same evaluator: its compiled decoder is reused
+  for lang, r in first['languages'].items():
+    assert again['languages'][lang]['bleu'] == r['bleu'] and again['languages'][lang]['chrf'] == r['chrf']
 
 
 class _Deterministic(_Exp):
