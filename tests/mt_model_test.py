@@ -123,6 +123,32 @@ def test_beam_one_equals_greedy(model):
   assert np.all(np.diff(b4.numpy(), axis=1) <= 1e-6)  # sorted best first
 
 
+def test_every_beam_hypothesis_scores_what_the_model_gives_it(model):
+  """Each of the K hypotheses of every row, rescored by teacher forcing, has the log-probability beam search
+  reports (over its length penalty): the per-beam caches followed their beams, and the K beams of a row
+  attended to their own row's source."""
+  examples = Examples()
+  batch = Unpacked(examples)
+  src = [tf.constant(batch[k]) for k in ('src_ids', 'src_segment_ids', 'src_positions')]
+  start, t, k, alpha = 1, 10, 4, 0.6
+  ids, scores = decoding.BeamSearch(model, *src, tf.fill([4], start), EOS, t, beam_size=k, length_alpha=alpha)
+  ids, scores = ids.numpy(), scores.numpy()
+  rescored = []
+  for j in range(k):
+    hyps = []
+    for r in range(4):
+      row = list(ids[r, j])
+      hyps.append((examples[r][0], row[:row.index(EOS) + 1] if EOS in row else row))
+    forced = Unpacked(hyps, length=t, tag=start)
+    logits, _, _ = model.ComputeLogits(forced)
+    lp = tf.gather(tf.nn.log_softmax(logits), forced['tgt_labels'], batch_dims=2).numpy()
+    lengths = forced['tgt_weights'].sum(1)
+    total = (lp * forced['tgt_weights']).sum(1)
+    rescored.append(total / decoding.LengthPenalty(lengths, alpha).numpy())
+  np.testing.assert_allclose(np.stack(rescored, 1), scores, rtol=1e-4, atol=1e-4)
+  assert all(len({tuple(ids[r, j]) for j in range(k)}) == k for r in range(4))  # K different hypotheses
+
+
 def test_cached_greedy_equals_recompute_greedy(model):
   batch = Unpacked(Examples())
   src = [tf.constant(batch[k]) for k in ('src_ids', 'src_segment_ids', 'src_positions')]

@@ -107,14 +107,19 @@ class MultiHeadAttention(base_layer.BaseLayer):
     return self._Post(self._AttendOne(q, cache['key'], cache['value'], bias)), cache
 
   def _AttendOne(self, q, k, v, bias):
-    """_Attend for one query position. q: [B,1,N,D], k/v: [B,S,N,D], bias: [B,1,1,S] -> [B,1,N,D].
+    """_Attend for one query position. q: [B*K,1,N,D]; k/v: [B,S,N,D]; bias: [B,1,1,S] -> [B*K,1,N,D].
 
-    A decoding step's attention is B*N dot products of length D per key: as batched matmuls these are B*N
-    1-row matmuls and a transpose of the whole cache every step, which cost several times the step's FLOPs
-    on a CPU. Multiply-and-reduce in the cache's own layout fuses into one pass over k and one over v.
+    K (the beam) is q's batch over k's: the K queries of a row share its keys and values, so a beam search
+    keeps one copy of each source's cross-attention keys instead of K (K = 1 everywhere else). A decoding
+    step's attention is a dot product of length D per key and head: as batched matmuls these were B*N
+    one-row matmuls plus a transpose of the whole cache every step, several times the step's FLOPs on a CPU;
+    multiply-and-reduce in the cache's own layout fuses into one pass over k and one over v.
     """
-    q = q * tf.cast(self.dim_per_head ** -0.5, q.dtype)
-    logits = tf.cast(tf.reduce_sum(q * k, -1), tf.float32)                      # [B,S,N]
-    logits += tf.transpose(bias[:, 0], [0, 2, 1])                               # [B,S,1]
-    probs = tf.nn.softmax(logits, axis=1)
-    return tf.reduce_sum(tf.cast(probs, v.dtype)[..., None] * v, 1, keepdims=True)
+    n, d = self.p.num_heads, self.dim_per_head
+    b = tf.shape(k)[0]
+    q = tf.reshape(q * tf.cast(d ** -0.5, q.dtype), [b, -1, 1, n, d])              # [B,K,1,N,D]
+    logits = tf.cast(tf.reduce_sum(q * k[:, None], -1), tf.float32)                # [B,K,S,N]
+    logits += tf.transpose(bias[:, 0], [0, 2, 1])[:, None]                         # [B,1,S,1]
+    probs = tf.nn.softmax(logits, axis=2)
+    ctx = tf.reduce_sum(tf.cast(probs, v.dtype)[..., None] * v[:, None], 2)        # [B,K,N,D]
+    return tf.reshape(ctx, [-1, 1, n, d])
