@@ -55,7 +55,8 @@ def test_editable_install_exposes_the_package_only_and_the_console_scripts(tmp_p
   params_file, shadowing = run.stdout.splitlines()
   assert params_file == os.path.join(_REPO, 'params', '__init__.py'), params_file  # the checkout itself
   assert shadowing == '[]', shadowing
-  for script in ('gshard_trainer', 'gshard_evaluate', 'gshard_prepare_data', 'gshard_list_models'):
+  for script in ('gshard_trainer', 'gshard_evaluate', 'gshard_prepare_data', 'gshard_list_models',
+                 'gshard_train_baselines', 'gshard_m4_report'):
     assert (bindir / script).is_file(), script
   listed = subprocess.run([str(bindir / 'gshard_list_models')], cwd=tmp_path / 'elsewhere', env=env,
                           capture_output=True, text=True, timeout=120)
