@@ -81,19 +81,6 @@ def WriteJson(path: str, value: Dict):
   os.replace(tmp, path)
 
 
-def TrainSeconds(logdir: str) -> Dict[str, float]:
-  """{checkpoint name: training seconds up to it} from the run's checkpoints.jsonl."""
-  path = os.path.join(logdir, checkpoints.CHECKPOINT_LOG)
-  out = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        if line.strip():
-          row = json.loads(line)
-          out[row['checkpoint']] = row['train_seconds']
-  return out
-
-
 def BestCheckpoint(logdir: str) -> Optional[Dict]:
   """The training loop's dev evaluation with the lowest cross-entropy whose checkpoint is still there
   (early stopping keeps it), or None when there is none."""
@@ -151,7 +138,7 @@ class BaselineRunner:
                                          max_sentences=self.max_sentences, beam_size=self.beam_size,
                                          checkpoint=checkpoint, log=self._Indented)
     scores = results['languages'][plan.lang]
-    seconds = TrainSeconds(logdir)
+    seconds = checkpoints.TrainSeconds(logdir)
     record = {
         'lang': plan.lang, 'experiment': plan.experiment, 'bucket': plan.bucket, 'train': plan.train,
         'tier': plan.tier, 'steps_planned': plan.steps, 'steps_trained': trained,

@@ -6,6 +6,7 @@ weight kept transposed for speed (the MoE layer's `wi_layout='ehm'`) is written 
 [E,M,H], with its optimizer slots renamed or transposed to match, so a checkpoint restores whatever the
 layout setting.
 """
+import json
 import os
 import re
 from typing import Callable, Dict, List, Sequence
@@ -15,6 +16,20 @@ from tensorflow.experimental import dtensor
 from tensorflow.python.trackable import base as trackable_base  # pylint: disable=g-direct-tensorflow-import
 
 CHECKPOINT_LOG = 'checkpoints.jsonl'
+
+
+def TrainSeconds(logdir: str) -> Dict[str, float]:
+  """{checkpoint name: training wall-clock seconds up to it} from the run's CHECKPOINT_LOG (the trainer
+  appends {step, checkpoint, train_seconds, time} at every save; seconds add up across resumed runs)."""
+  path = os.path.join(logdir, CHECKPOINT_LOG)
+  out = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      for line in f:
+        if line.strip():
+          row = json.loads(line)
+          out[row['checkpoint']] = row['train_seconds']
+  return out
 
 
 class CheckpointMismatchError(ValueError):

@@ -17,14 +17,7 @@ from lingvo_gshard.train import checkpoints
 def Points(logdir: str, test_set: str, average: str = 'top10') -> List[Dict]:
   """Evaluated checkpoints of one run, by step: {'step', 'train_seconds', 'bleu', 'chrf', 'languages',
   'sentences'} with BLEU/chrF the `average` of results.json ('top10', 'high', 'all', ...)."""
-  log_path = os.path.join(logdir, checkpoints.CHECKPOINT_LOG)
-  seconds = {}
-  if os.path.exists(log_path):
-    with open(log_path) as f:
-      for line in f:
-        if line.strip():
-          row = json.loads(line)
-          seconds[row['checkpoint']] = row['train_seconds']
+  seconds = checkpoints.TrainSeconds(logdir)
   base = os.path.join(logdir, f'decode_{test_set}')
   out = []
   for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from lingvo_gshard.train import baselines
+from lingvo_gshard.train import checkpoints
 
 BUCKETS = ('high', 'medium', 'low')
 CORPUS_FILE = 'corpus.json'
@@ -50,7 +51,7 @@ def AddRun(runs_dir: str, name: str, logdir: str, results: Dict) -> str:
   RUNS/multilingual/<name>-<set>-<all|N>-<checkpoint>.json; returns the path."""
   with open(os.path.join(runs_dir, CORPUS_FILE)) as f:
     corpus = json.load(f)['languages']
-  seconds = baselines.TrainSeconds(logdir)
+  seconds = checkpoints.TrainSeconds(logdir)
   ckpt = os.path.basename(results['checkpoint'])
   max_sentences = SampleSize(results, corpus)
   piece = {
