@@ -52,3 +52,20 @@ def test_shard_shape_follows_rules():
   # On a 1-D mesh the expert dim takes the only axis; the group dim of the same tensor stays whole.
   assert p1.MeshAxes(('expert', 'group', 'model')) == ('data', None, None)
   assert p1.MeshAxes(('group', 'length', 'model')) == ('data', None, None)
+
+
+@pytest.mark.parametrize('mesh', ['data:2,expert:4', 'data:4,expert:2'])
+def test_to_device_gives_each_device_its_block(mesh):
+  """ToDevice cuts every device's block on the host (what a client of a multi-host mesh sends its own
+  devices): device d of a [rows, length] batch on 'data' holds rows of its data coordinate, the rest whole."""
+  partitioner = sharding.Partitioner('dtensor', mesh)
+  x = np.arange(8 * 6, dtype=np.int32).reshape(8, 6)
+  t = partitioner.ToDevice(x, ('batch', 'length'))
+  data = partitioner.mesh.AxisSize('data')
+  coords = np.unravel_index(np.arange(8), partitioner.mesh.shape)[partitioner.mesh.AxisIndex('data')]
+  for d, block in enumerate(dtensor.unpack(t)):
+    rows = 8 // data
+    np.testing.assert_array_equal(block.numpy(), x[coords[d] * rows:(coords[d] + 1) * rows])
+  np.testing.assert_array_equal(partitioner.Fetch(t), x)
+  w = np.random.RandomState(0).randn(4, 3).astype(np.float32)  # experts on 'expert' (or on 'data')
+  np.testing.assert_array_equal(partitioner.Fetch(partitioner.ToDevice(w, ('expert', None))), w)

@@ -224,13 +224,27 @@ class Partitioner:
   # --- data in and out ----------------------------------------------------------------------------------
 
   def ToDevice(self, value, logical_axes: LogicalAxes):
-    """Places a host value on the mesh laid out by `logical_axes` (dtensor); other backends: a tensor."""
-    value = tf.convert_to_tensor(value)
+    """Places a host value on the mesh laid out by `logical_axes` (dtensor); other backends: a tensor.
+
+    Each device receives only its own block of the value, cut on the host: on several clients (hosts) each
+    sends its devices their shares, never the whole value (a batch's rows on 'data' reach the client that
+    owns those rows only)."""
     if self.backend != 'dtensor':
-      return value
+      return tf.convert_to_tensor(value)
+    value = value.numpy() if tf.is_tensor(value) else np.asarray(value)
     layout = self.Layout(logical_axes, value.shape)
-    on_mesh = dtensor.copy_to_mesh(value, dtensor.Layout.replicated(self.dmesh, value.shape.rank))
-    return dtensor.relayout(on_mesh, layout)
+    mesh = self.dmesh
+    blocks = []
+    for location in mesh.local_device_locations():
+      index = []
+      for dim, axis in enumerate(layout.sharding_specs):
+        if axis == dtensor.UNSHARDED:
+          index.append(slice(None))
+        else:
+          size = value.shape[dim] // mesh.dim_size(axis)
+          index.append(slice(location[axis] * size, (location[axis] + 1) * size))
+      blocks.append(tf.constant(value[tuple(index)]))
+    return dtensor.pack(blocks, layout)
 
   def Fetch(self, t) -> np.ndarray:
     """The full (logical) value of `t` as a NumPy array, whatever its layout."""
