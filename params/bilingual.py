@@ -65,7 +65,7 @@ def Overrides(train_pairs: int) -> str:
            ('task.encoder.layer_tpl.residual_dropout_prob', z['dropout']),
            ('task.decoder.layer_tpl.residual_dropout_prob', z['dropout']),
            ('learner.max_steps', steps), ('learner.eval_interval', interval),
-           ('learner.save_interval', interval), ('learner.keep_checkpoints', PATIENCE + 2),
+           ('learner.save_interval', interval), ('learner.keep_checkpoints', PATIENCE + 3),
            ('learner.keep_checkpoint_every_n_hours', 0.0),
            ('learner.early_stop_patience', PATIENCE)]
   if z['rows']:

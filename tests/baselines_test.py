@@ -133,6 +133,9 @@ def test_early_stopping_rule():
   assert dev_eval.EarlyStop(rows[:2], patience=1, tolerance=0.4) is None   # 0.5 better than 3.0 - 0.4
   assert dev_eval.EarlyStop(rows[:2], patience=1, tolerance=0.6)   # not by more than 0.6
   assert dev_eval.Best(rows)['step'] == 200
+  assert dev_eval.FirstEarlyStop(rows, 2, 0.0, max_steps=1000)[0] == 400
+  assert dev_eval.FirstEarlyStop(rows, 2, 0.0, max_steps=400) is None   # at the budget's end: no early stop
+  assert dev_eval.FirstEarlyStop(rows + [{'step': 500, 'xent': 2.0}], 2, 0.0, 1000)[0] == 400  # the first
 
 
 def test_training_stops_early_and_a_rerun_does_not_go_on(data_dir, tmp_path):
@@ -146,6 +149,12 @@ def test_training_stops_early_and_a_rerun_does_not_go_on(data_dir, tmp_path):
   assert t.Step() == 4 and t.EarlyStopped()[0] == 4
   assert any('early stop' in l for l in lines)
   assert os.path.exists(tmp_path / 'ckpt-4.index')
+  # The evaler job knows no newer checkpoint will come (it would wait for step 12 forever), and its rows in
+  # dev_eval.jsonl do not hide the trainer's history from the rerun below.
+  evaler_lines = []
+  evaler = dev_eval.DevEvaler(_Tiny(data_dir, 'de'), sharding.Partitioner('none'), str(tmp_path),
+                              log=evaler_lines.append)
+  assert evaler.Watch(timeout=120) == 2 and any('stopped early at step 4' in l for l in evaler_lines)
   lines.clear()
   again = trainer_lib.Trainer(_Tiny(data_dir, 'de'), sharding.Partitioner('none'), str(tmp_path),
                               overrides=overrides, log=lines.append)
@@ -174,8 +183,8 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   sig = {'bleu_signature': 'nrefs:1|tok:13a', 'chrf_signature': 'nrefs:1|nc:6'}
   for lang, bleu, chrf in (('aa', 20.0, 40.0), ('cc', 5.0, 20.0)):  # bb has no baseline
     baselines.WriteJson(str(runs / 'bilingual' / f'{lang}.json'), dict(
-        sig, lang=lang, bleu=bleu, chrf=chrf, set='test', max_sentences=0, steps_trained=300, wall_clock_s=60.0,
-        commit='abc'))
+        sig, lang=lang, bleu=bleu, chrf=chrf, set='test', max_sentences=0, sentences=10 if lang == 'aa' else 8,
+        steps_trained=300, wall_clock_s=60.0, commit='abc'))
   # Two evaluated checkpoints of the MoE run: the newer one is the report's; a dev-set piece is ignored.
   logdir = tmp_path / 'moe_run'
   logdir.mkdir()
@@ -210,15 +219,29 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   md = open(out / 'RESULTS.md').read()
   assert '| bb | medium | 500 | — | 12.00 / 24.0 | — |' in md
   assert '| aa | high | 900 | 20.00 / 40.0 | 22.50 / 45.0 | +2.50 |' in md
-  assert 'moe beats the bilingual baselines on the low-resource bucket | +2.00 | yes |' in md
-  assert 'dense beats the bilingual baselines on the low-resource bucket | — | not measured yet |' in md
+  assert 'moe beats the bilingual baselines on the low-resource bucket | +2.00 | 1 of 1 | yes |' in md
+  assert 'dense beats the bilingual baselines on the low-resource bucket | — | 0 of 1 | not measured yet |' in md
   assert _PngSize(out / 'delta_bleu.png') == (1200, 480)
-  assert 'moe beats the bilingual baselines on the low-resource bucket: met (+2.00)' in out_run.stdout
+  assert 'moe beats the bilingual baselines on the low-resource bucket: met (+2.00 over 1 of 1' in out_run.stdout
 
   partial = delta_bleu.Build(str(runs), max_sentences=10)  # the dense run's 5-sentence sample is not 10
   assert 'dense' not in partial['runs']
   partial = delta_bleu.Build(str(runs), max_sentences=5)
   assert partial['languages']['aa']['dense'] == 18.0 and partial['languages']['aa']['bilingual'] is None
+  # cc's whole test split (8 sentences) is its first 10: that baseline serves a 10-sentence report.
+  assert delta_bleu.Build(str(runs), max_sentences=10)['languages']['cc']['bilingual'] == 5.0
+
+
+def test_targets_compare_the_same_languages_and_need_coverage():
+  langs = {f'h{i}': {'bucket': 'high', 'dense': 10.0, 'moe': 12.0 if i < 9 else None, 'bilingual': None}
+           for i in range(10)}
+  langs['h9']['dense'] = 0.0  # a language only dense has does not enter the MoE-dense gap
+  t = {x['target'][:20]: x for x in delta_bleu.Targets({'languages': langs}, 'dense', 'moe', 'moe64')}
+  gap = t['moe beats dense on t']
+  assert gap['measured'] == pytest.approx(2.0) and (gap['languages'], gap['of']) == (9, 10) and gap['met']
+  langs['h8']['moe'] = None  # 8 of 10 languages: below the 90% coverage, not judged
+  t = {x['target'][:20]: x for x in delta_bleu.Targets({'languages': langs}, 'dense', 'moe', 'moe64')}
+  assert t['moe beats dense on t']['met'] is None and t['moe beats dense on t']['languages'] == 8
 
 
 def test_tools_check_their_input_in_one_line(data_dir, tmp_path):

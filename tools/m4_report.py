@@ -82,15 +82,17 @@ def main(argv):
   from lingvo_gshard.train import baselines  # pylint: disable=g-import-not-at-top
   baselines.WriteJson(os.path.join(_OUT_DIR.value, 'results.json'), results)
   text = delta_bleu.Markdown(results, _DENSE.value, _MOE.value, _LARGER.value)
-  with open(os.path.join(_OUT_DIR.value, 'RESULTS.md'), 'w') as f:
+  tmp = os.path.join(_OUT_DIR.value, 'RESULTS.md.tmp')
+  with open(tmp, 'w') as f:
     f.write(text)
+  os.replace(tmp, os.path.join(_OUT_DIR.value, 'RESULTS.md'))
   delta_bleu.Plot(results, os.path.join(_OUT_DIR.value, 'delta_bleu.png'))
   a = results['averages']
   print(f'{len(results["languages"])} languages, {a["all"]["with_bilingual"]} with a baseline; runs: '
         + (', '.join(results['runs']) or 'none'))
   for t in delta_bleu.Targets(results, _DENSE.value, _MOE.value, _LARGER.value):
     met = 'not measured yet' if t['met'] is None else ('met' if t['met'] else 'MISSED')
-    value = '' if t['measured'] is None else f' ({t["measured"]:+.2f})'
+    value = '' if t['measured'] is None else f' ({t["measured"]:+.2f} over {t["languages"]} of {t["of"]} languages)'
     print(f'  {t["target"]}: {met}{value}')
   print(f'wrote {_OUT_DIR.value}/results.json, RESULTS.md, delta_bleu.png')
   return 0

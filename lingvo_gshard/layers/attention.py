@@ -116,6 +116,9 @@ class MultiHeadAttention(base_layer.BaseLayer):
     multiply-and-reduce in the cache's own layout fuses into one pass over k and one over v.
     """
     n, d = self.p.num_heads, self.dim_per_head
+    qb, kb, bb = q.shape[0], k.shape[0], bias.shape[0]
+    if qb is not None and kb is not None and (qb % kb or (bb is not None and bb != kb)):
+      raise ValueError(f'{self.path}: {qb} queries cannot share the keys of {kb} rows (bias of {bb} rows)')
     b = tf.shape(k)[0]
     q = tf.reshape(q * tf.cast(d ** -0.5, q.dtype), [b, -1, 1, n, d])              # [B,K,1,N,D]
     logits = tf.cast(tf.reduce_sum(q * k[:, None], -1), tf.float32)                # [B,K,S,N]

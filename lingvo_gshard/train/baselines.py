@@ -48,7 +48,7 @@ def Plan(manifest: Dict, languages: Sequence[str] = ()) -> List[PairPlan]:
   unknown = [l for l in languages if l not in info]
   if unknown:
     raise ValueError(f'not in the corpus: {", ".join(unknown)} (it has {len(info)} languages)')
-  langs = sorted(languages or info, key=lambda l: (-info[l]['train'], l))
+  langs = sorted(set(languages) or info, key=lambda l: (-info[l]['train'], l))
   plans = []
   for l in langs:
     n = info[l]['train']
@@ -78,13 +78,15 @@ def WriteJson(path: str, value: Dict):
   with open(tmp, 'w') as f:
     json.dump(value, f, indent=1, sort_keys=True)
     f.write('\n')
+    f.flush()
+    os.fsync(f.fileno())
   os.replace(tmp, path)
 
 
 def BestCheckpoint(logdir: str) -> Optional[Dict]:
   """The training loop's dev evaluation with the lowest cross-entropy whose checkpoint is still there
   (early stopping keeps it), or None when there is none."""
-  rows = [r for r in dev_eval.ReadDevLog(logdir)
+  rows = [r for r in dev_eval.ReadDevLog(logdir, 'trainer')
           if os.path.exists(os.path.join(logdir, r['checkpoint'] + '.index'))]
   return dev_eval.Best(rows)
 
@@ -128,10 +130,12 @@ class BaselineRunner:
     partitioner = sharding.Partitioner('none')
     trainer = trainer_lib.Trainer(exp, partitioner, logdir, self.data_dir, overrides, log=self._Indented,
                                   runner=step_runner.StepRunner(partitioner))
+    latest = tf.train.latest_checkpoint(logdir)
+    before = checkpoints.Step(latest) if latest else 0
     trainer.Train(evaluate=True)
-    trained = trainer.Step()
     stopped = trainer.EarlyStopped()
     del trainer
+    trained = checkpoints.Step(tf.train.latest_checkpoint(logdir))  # also when a rerun had nothing to train
     best = BestCheckpoint(logdir)
     checkpoint = os.path.join(logdir, best['checkpoint']) if best else tf.train.latest_checkpoint(logdir)
     results, _, _, _ = decode_job.Decode(exp, logdir, self.data_dir, 'test', languages=[plan.lang],
@@ -152,6 +156,7 @@ class BaselineRunner:
         'sentences': scores['sentences'], 'bleu': scores['bleu'], 'chrf': scores['chrf'],
         'bleu_signature': results['bleu_signature'], 'chrf_signature': results['chrf_signature'],
         'beam_size': self.beam_size, 'overrides': overrides, 'commit': self.commit,
+        'steps_this_run': trained - before,
     }
     WriteJson(self.ResultPath(plan), record)
     return record
@@ -183,8 +188,9 @@ class BaselineRunner:
         out['failed'][plan.lang] = f'{type(e).__name__}: {message}'
         self.log(f'[{i + 1}/{len(todo)}] {plan.lang} FAILED: {out["failed"][plan.lang]}; going on')
         continue
+      # Seconds per step trained in this process (decoding included): a resumed pair counts its own steps.
       spent[plan.tier] = spent.get(plan.tier, 0.0) + time.time() - began
-      steps_done[plan.tier] = steps_done.get(plan.tier, 0) + plan.steps
+      steps_done[plan.tier] = steps_done.get(plan.tier, 0) + max(record['steps_this_run'], 1)
       out['finished'].append(plan.lang)
       self.log(f'[{i + 1}/{len(todo)}] {plan.lang}: BLEU {record["bleu"]:.2f} chrF {record["chrf"]:.2f} '
                f'(ckpt-{record["checkpoint_step"]} of {record["steps_trained"]} steps'

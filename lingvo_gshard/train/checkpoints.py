@@ -18,6 +18,11 @@ from tensorflow.python.trackable import base as trackable_base  # pylint: disabl
 CHECKPOINT_LOG = 'checkpoints.jsonl'
 
 
+def Step(path: str) -> int:
+  """The training step stored in checkpoint `path`."""
+  return int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
+
+
 def TrainSeconds(logdir: str) -> Dict[str, float]:
   """{checkpoint name: training wall-clock seconds up to it} from the run's CHECKPOINT_LOG (the trainer
   appends {step, checkpoint, train_seconds, time} at every save; seconds add up across resumed runs)."""
@@ -26,9 +31,11 @@ def TrainSeconds(logdir: str) -> Dict[str, float]:
   if os.path.exists(path):
     with open(path) as f:
       for line in f:
-        if line.strip():
+        try:
           row = json.loads(line)
-          out[row['checkpoint']] = row['train_seconds']
+        except ValueError:
+          continue  # a line cut short by a kill
+        out[row['checkpoint']] = row['train_seconds']
   return out
 
 

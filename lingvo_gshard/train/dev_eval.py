@@ -8,7 +8,7 @@ a resumed run knows its history.
 """
 import json
 import os
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -38,25 +38,34 @@ def DevMetrics(learner: learner_lib.Learner, input_params, max_batches: int) -> 
   return {k: v / tokens for k, v in totals.items()}
 
 
-def ReadDevLog(logdir: str) -> List[Dict]:
-  """The rows of LOGDIR/dev_eval.jsonl ({'step', 'checkpoint', 'loss', 'xent', ...}), by step, the last row
-  of a step kept (an evaluation repeated after a resume)."""
+def ReadDevLog(logdir: str, job: Optional[str] = None) -> List[Dict]:
+  """The rows of LOGDIR/dev_eval.jsonl ({'step', 'checkpoint', 'job', 'loss', 'xent', ...}) of `job` ('trainer',
+  'evaler'; None: both), by step, the last row of a step kept (an evaluation repeated after a resume). A line
+  that does not parse (a write cut short) is skipped."""
   path = os.path.join(logdir, DEV_LOG)
   rows = {}
   if os.path.exists(path):
     with open(path) as f:
       for line in f:
-        if line.strip():
+        try:
           row = json.loads(line)
+        except ValueError:
+          continue
+        if job is None or row.get('job', 'evaler') == job:
           rows[row['step']] = row
   return [rows[s] for s in sorted(rows)]
 
 
-def AppendDevLog(logdir: str, step: int, metrics: Dict[str, float], checkpoint: str = '', job: str = 'evaler'):
-  """One row of LOGDIR/dev_eval.jsonl: the evaler's (job 'evaler') or the training loop's ('trainer')."""
+def DevRow(step: int, metrics: Dict[str, float], checkpoint: str = '', job: str = 'evaler') -> Dict:
+  """A dev_eval.jsonl row: metrics rounded as the file keeps them (a resumed run decides on the same values)."""
+  return {'step': step, 'checkpoint': checkpoint or f'ckpt-{step}', 'job': job,
+          **{k: round(v, 5) for k, v in metrics.items()}}
+
+
+def AppendDevLog(logdir: str, row: Dict):
+  """Appends DevRow `row`: the evaler's (job 'evaler') or the training loop's ('trainer')."""
   with open(os.path.join(logdir, DEV_LOG), 'a') as f:
-    f.write(json.dumps({'step': step, 'checkpoint': checkpoint or f'ckpt-{step}', 'job': job,
-                        **{k: round(v, 5) for k, v in metrics.items()}}) + '\n')
+    f.write(json.dumps(row) + '\n')
 
 
 def Best(rows: Sequence[Dict], metric: str = 'xent') -> Optional[Dict]:
@@ -82,6 +91,22 @@ def EarlyStop(rows: Sequence[Dict], patience: int, tolerance: float = 0.0,
           f'at step {best["step"]}')
 
 
+def FirstEarlyStop(rows: Sequence[Dict], patience: int, tolerance: float, max_steps: int,
+                   metric: str = 'xent') -> Optional[Tuple[int, str]]:
+  """(step, why) of the first evaluation at which EarlyStop fired, or None. A firing at max_steps or later is
+  no early stop: the run had used its budget."""
+  if patience <= 0:
+    return None
+  rows = sorted(rows, key=lambda r: r['step'])
+  for n in range(patience + 1, len(rows) + 1):
+    if rows[n - 1]['step'] >= max_steps:
+      break
+    why = EarlyStop(rows[:n], patience, tolerance, metric)
+    if why:
+      return rows[n - 1]['step'], why
+  return None
+
+
 class DevEvaler:
   """Dev loss of the checkpoints of the run in `logdir` (as it was trained: its params.txt)."""
 
@@ -97,6 +122,7 @@ class DevEvaler:
     self.dev = self.params.input.dev
     lp = self.params.learner
     self.max_steps, self.eval_batches = lp.max_steps, lp.eval_batches
+    self.patience, self.tolerance = lp.early_stop_patience, lp.early_stop_tolerance
     self.learner = learner_lib.Learner(self.params.task, lp.optimizer, partitioner, lp.seed, runner=runner)
     self.objects = checkpoints.CheckpointObjects(self.learner.model)
     self.writer = tf.summary.create_file_writer(os.path.join(logdir, 'dev'))
@@ -116,20 +142,16 @@ class DevEvaler:
       for k, v in out.items():
         tf.summary.scalar(k, v, step=step)
     self.writer.flush()
-    AppendDevLog(self.logdir, step, out, os.path.basename(path))
+    AppendDevLog(self.logdir, DevRow(step, out, os.path.basename(path)))
     if 'loss' in out:
       self.log(f'{os.path.basename(path)} (step {step}): dev loss {out["loss"]:.4f} xent {out["xent"]:.4f}'
                + (f', {len(self.languages)} languages' if self.languages else ''))
     return out
 
   def Done(self) -> set:
-    path = os.path.join(self.logdir, DEV_LOG)
-    if not os.path.exists(path):
-      return set()
-    with open(path) as f:
-      rows = [json.loads(line) for line in f if line.strip()]
-    # The training loop's own evaluations have no per-language losses: the evaler still does those.
-    return {r['checkpoint'] for r in rows if r.get('job', 'evaler') == 'evaler'}
+    """Checkpoints this job has evaluated (the training loop's own evaluations have no per-language losses:
+    the evaler still does those)."""
+    return {r['checkpoint'] for r in ReadDevLog(self.logdir, 'evaler')}
 
   def Watch(self, timeout: Optional[float] = None) -> int:
     """Evaluates every checkpoint not evaluated yet, then each new one as it appears, until the one at
@@ -145,6 +167,11 @@ class DevEvaler:
         self.EvalCheckpoint(path)
         done.add(os.path.basename(path))
         count += 1
-      if int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE')) >= self.max_steps:
+      step = checkpoints.Step(path)
+      if step >= self.max_steps:
+        break
+      stopped = FirstEarlyStop(ReadDevLog(self.logdir, 'trainer'), self.patience, self.tolerance, self.max_steps)
+      if stopped and stopped[0] <= step:
+        self.log(f'the trainer stopped early at step {stopped[0]}: no newer checkpoint will come')
         break
     return count

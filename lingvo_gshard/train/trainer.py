@@ -276,6 +276,8 @@ class Trainer:
     else:  # a multi-client save takes DTensors only: each client keeps its input position on its own
       self.input_checkpoint = tf.train.Checkpoint(input=data)
     step = self.Restore()
+    # Evaluations past the restored step (a process killed after them) are redone; they are not history.
+    self._dev_rows = [r for r in self._DevRows() if r['step'] <= step]
     with _SignalsSaved() as signals:
       return self._Loop(data, step, signals, evaluate)
 
@@ -327,6 +329,8 @@ class Trainer:
         self._Save(step, time.time() - began)
         saved_step = step
       if stop:
+        if signals.received:  # arrived during the evaluation: the job ends as preempted, not finished
+          raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
         return last
       if signals.received:
         if saved_step != step:
@@ -334,6 +338,8 @@ class Trainer:
         raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
     if evaluate and lp.eval_interval and step % lp.eval_interval:
       self._RunEval(step)
+      if signals.received:
+        raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
     return last
 
   def _Save(self, step, seconds):
@@ -357,20 +363,20 @@ class Trainer:
                           'train_seconds': round(self._resumed_seconds + seconds, 1),
                           'time': time.strftime('%Y-%m-%dT%H:%M:%S')}) + '\n')
 
+  def _DevRows(self) -> List[Dict]:
+    """The training loop's dev evaluations of this run (earlier processes' from dev_eval.jsonl, then this
+    one's), for early stopping."""
+    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
+    if self._dev_rows is None:
+      self._dev_rows = dev_eval.ReadDevLog(self.logdir, 'trainer')
+    return self._dev_rows
+
   def EarlyStopped(self) -> Optional[Tuple[int, str]]:
-    """(step, why) if the dev evaluations in the log directory say early stopping ended (or ends) the run."""
+    """(step, why) if the run's dev evaluations say early stopping ended it (a firing at max_steps is none)."""
     from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     lp = self.learner_p
-    if not lp.early_stop_patience:
-      return None
-    if self._dev_rows is None:  # the evaluations of earlier processes of this run, then this one's
-      self._dev_rows = [r for r in dev_eval.ReadDevLog(self.logdir) if r.get('job') == 'trainer']
-    rows = self._dev_rows
-    for n in range(1, len(rows) + 1):  # the first evaluation at which the rule fired
-      why = dev_eval.EarlyStop(rows[:n], lp.early_stop_patience, lp.early_stop_tolerance)
-      if why:
-        return rows[n - 1]['step'], why
-    return None
+    return dev_eval.FirstEarlyStop(self._DevRows(), lp.early_stop_patience, lp.early_stop_tolerance,
+                                   lp.max_steps)
 
   def _RunEval(self, step) -> bool:
     """Dev evaluation at `step`; True if early stopping says training ends here."""
@@ -378,6 +384,18 @@ class Trainer:
     dev = self.Evaluate()
     if not dev:
       return False
+    self._Summaries('dev', dev, step)
+    self.log(f'step {step:6d} dev loss {dev["loss"]:.4f} xent {dev["xent"]:.4f}')
+    row = dev_eval.DevRow(step, dev, job='trainer')
+    if self.chief:
+      dev_eval.AppendDevLog(self.logdir, row)
+    # Decided on the rows as the file keeps them, so a resumed run decides the same.
+    self._dev_rows = [r for r in self._DevRows() if r['step'] < step] + [row]
+    stopped = self.EarlyStopped()
+    if stopped and stopped[0] == step:
+      self.log(f'step {step:6d} early stop: {stopped[1]}')
+      return True
+    return False
     self._Summaries('dev', dev, step)
     self.log(f'step {step:6d} dev loss {dev["loss"]:.4f} xent {dev["xent"]:.4f}')
     if self.chief:
