@@ -59,7 +59,10 @@ def Plan(manifest: Dict, languages: Sequence[str] = ()) -> List[PairPlan]:
 
 
 def CodeCommit() -> str:
-  """The git commit of the code running (with '+dirty' if tracked files differ from it), or ''."""
+  """The git commit of the code running (with '+dirty' if tracked files differ from it), or ''; a copy of the
+  tree outside git says its commit in $LINGVO_GSHARD_COMMIT."""
+  if os.environ.get('LINGVO_GSHARD_COMMIT'):
+    return os.environ['LINGVO_GSHARD_COMMIT']
   here = os.path.dirname(os.path.abspath(__file__))
   try:
     head = subprocess.run(['git', '-C', here, 'rev-parse', 'HEAD'], capture_output=True, text=True,
