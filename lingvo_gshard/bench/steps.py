@@ -96,7 +96,8 @@ def BinaryCase(name, mode, data_dir, steps, log_interval=10):
   with tempfile.TemporaryDirectory() as logdir:
     cmd = [sys.executable, '-m', 'lingvo_gshard.tools.trainer', f'--model={name}', f'--logdir={logdir}',
            f'--data_dir={data_dir}', '--mode=train', f'--max_steps={steps}', '--jit' if mode == 'jit' else '--nojit',
-           f'--model_params_override=learner.log_interval : {log_interval}; learner.save_interval : {10 ** 9}']
+           f'--model_params_override=learner.log_interval : {log_interval}; learner.save_interval : {10 ** 9}; '
+           f'learner.optimizer.warmup_steps : {min(10, steps // 2)}']  # a short run: the rate, not the loss
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
   if out.returncode:
     raise RuntimeError(f'{" ".join(cmd)} exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}')
