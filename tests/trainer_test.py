@@ -99,6 +99,22 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   assert 0 < rows[0]['train_seconds'] < rows[1]['train_seconds'] < rows[2]['train_seconds']
 
 
+def test_same_seed_gives_the_same_first_20_losses(data_dir, tmp_path):
+  """Two fresh runs of one experiment and seed (dropout and the random second expert included) log the
+  same 20 losses."""
+  def Run(name, steps, seed=1234):
+    lines = []
+    trainer_lib.Trainer(_SmallMoE(data_dir), sharding.Partitioner('none'), str(tmp_path / name),
+                        overrides=f'learner.max_steps : {steps}; learner.log_interval : 1; learner.eval_interval : 0; '
+                                  f'learner.save_interval : {steps}; learner.seed : {seed}',
+                        log=lines.append).Train()
+    return _Losses(lines)
+
+  first, second = Run('a', 20), Run('b', 20)
+  assert sorted(first) == list(range(1, 21)) and first == second
+  assert first[20] < first[1] and len(set(first.values())) == 20  # it trains: 20 different losses
+
+
 def test_moe_groups_the_mesh_cannot_split_fail_before_anything_runs(data_dir, tmp_path):
   # 4 rows x 96 packed tokens = 384 = 6 groups of 64: not a multiple of data:8's 8 group shards.
   with pytest.raises(ValueError, match=r'6 groups of 64 tokens cannot be split over the 8 devices.*num_groups'):
