@@ -396,15 +396,3 @@ class Trainer:
       self.log(f'step {step:6d} early stop: {stopped[1]}')
       return True
     return False
-    self._Summaries('dev', dev, step)
-    self.log(f'step {step:6d} dev loss {dev["loss"]:.4f} xent {dev["xent"]:.4f}')
-    if self.chief:
-      dev_eval.AppendDevLog(self.logdir, step, dev, job='trainer')
-    if self.learner_p.early_stop_patience:
-      self.EarlyStopped()  # loads the history first
-      self._dev_rows = [r for r in self._dev_rows if r['step'] < step] + [{'step': step, **dev}]
-    stopped = self.EarlyStopped()
-    if stopped and stopped[0] == step:
-      self.log(f'step {step:6d} early stop: {stopped[1]}')
-      return True
-    return False
