@@ -23,20 +23,24 @@ def Step(path: str) -> int:
   return int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
 
 
-def TrainSeconds(logdir: str) -> Dict[str, float]:
-  """{checkpoint name: training wall-clock seconds up to it} from the run's CHECKPOINT_LOG (the trainer
-  appends {step, checkpoint, train_seconds, time} at every save; seconds add up across resumed runs)."""
-  path = os.path.join(logdir, CHECKPOINT_LOG)
-  out = {}
+def ReadJsonl(path: str) -> List[Dict]:
+  """The rows of a JSON-lines log of a run ([] if there is none); a line that does not parse (a write cut
+  short by a kill) is skipped."""
+  rows = []
   if os.path.exists(path):
     with open(path) as f:
       for line in f:
         try:
-          row = json.loads(line)
+          rows.append(json.loads(line))
         except ValueError:
-          continue  # a line cut short by a kill
-        out[row['checkpoint']] = row['train_seconds']
-  return out
+          continue
+  return rows
+
+
+def TrainSeconds(logdir: str) -> Dict[str, float]:
+  """{checkpoint name: training wall-clock seconds up to it} from the run's CHECKPOINT_LOG (the trainer
+  appends {step, checkpoint, train_seconds, time} at every save; seconds add up across resumed runs)."""
+  return {r['checkpoint']: r['train_seconds'] for r in ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG))}
 
 
 class CheckpointMismatchError(ValueError):

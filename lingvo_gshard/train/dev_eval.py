@@ -42,17 +42,10 @@ def ReadDevLog(logdir: str, job: Optional[str] = None) -> List[Dict]:
   """The rows of LOGDIR/dev_eval.jsonl ({'step', 'checkpoint', 'job', 'loss', 'xent', ...}) of `job` ('trainer',
   'evaler'; None: both), by step, the last row of a step kept (an evaluation repeated after a resume). A line
   that does not parse (a write cut short) is skipped."""
-  path = os.path.join(logdir, DEV_LOG)
   rows = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-        except ValueError:
-          continue
-        if job is None or row.get('job', 'evaler') == job:
-          rows[row['step']] = row
+  for row in checkpoints.ReadJsonl(os.path.join(logdir, DEV_LOG)):
+    if job is None or row.get('job', 'evaler') == job:
+      rows[row['step']] = row
   return [rows[s] for s in sorted(rows)]
 
 
