@@ -106,7 +106,11 @@ class StepRunner:
     return f'steps run as {self.mode}' + (f' ({self.why})' if self.why else '')
 
   def Compile(self, fn: Callable, **kwargs) -> Callable:
-    """`fn` compiled the way this runner runs steps (kwargs go to tf.function)."""
+    """`fn` compiled the way this runner runs steps (kwargs go to tf.function).
+
+    Without AutoGraph unless asked: the steps' loops are explicit `tf.while_loop`s, and converting every
+    layer's source is most of a small model's first-step compile time."""
+    kwargs.setdefault('autograph', False)
     if self.strategy is not None:
       strategy = self.strategy
 

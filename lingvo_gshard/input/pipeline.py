@@ -26,6 +26,10 @@ from lingvo_gshard.input import mixture
 from lingvo_gshard.input import packing
 from lingvo_gshard.input import tokenizer
 
+# tf.data traces map functions with AutoGraph by default; ours have no Python control flow on tensors (the
+# packing loop is an explicit tf.while_loop), and converting them is most of building a pipeline.
+_Plain = tf.autograph.experimental.do_not_convert
+
 STATS = ('examples', 'dropped', 'source_too_long', 'target_too_long')
 
 
@@ -199,7 +203,7 @@ class MTInput:
     p = self.p
     self.Vocabularies()  # Trains or checks the models now, outside tf.data's tracing.
     ds = self.Mixture().batch(p.pack_window)
-    ds = ds.map(self._Window, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(_Plain(self._Window), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if p.bucket_tokens:
       return self._BucketByTokens(ds.unbatch())
     ds = ds.unbatch().batch(p.batch_rows, drop_remainder=p.repeat)
@@ -207,8 +211,8 @@ class MTInput:
     shapes = {name: [p.batch_rows, src_len if name.startswith('src') else tgt_len]
               for name in packing.FEATURES}
     if not p.repeat:
-      ds = ds.map(lambda batch: packing.PadRows(batch, p.batch_rows))
-    ds = ds.map(lambda batch: {k: tf.ensure_shape(v, shapes[k]) for k, v in batch.items()})
+      ds = ds.map(_Plain(lambda batch: packing.PadRows(batch, p.batch_rows)))
+    ds = ds.map(_Plain(lambda batch: {k: tf.ensure_shape(v, shapes[k]) for k, v in batch.items()}))
     options = tf.data.Options()
     options.deterministic = True
     # The skip counters (Stats) are variables outside the pipeline: a checkpointed iterator (exact resume)
@@ -253,4 +257,4 @@ class MTInput:
     # The skip counters (Stats) are variables outside the pipeline: a checkpointed iterator (exact resume)
     # restores the position and buffers, not those diagnostics.
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return ds.map(Trim).with_options(options).prefetch(tf.data.AUTOTUNE)
+    return ds.map(_Plain(Trim)).with_options(options).prefetch(tf.data.AUTOTUNE)

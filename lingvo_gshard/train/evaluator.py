@@ -125,7 +125,8 @@ class Evaluator:
     if src_len not in self._compiled:
       # Up to training's longest target whatever the bucket; the beam's early stop ends short ones sooner.
       self._compiled[src_len] = tf.function(
-          lambda a, b, c: self._decode_fn(a, b, c, self.max_tgt_len), jit_compile=True)
+          lambda a, b, c: self._decode_fn(a, b, c, self.max_tgt_len), jit_compile=True,
+          autograph=False)
     return self._compiled[src_len]
 
   def Translate(self, sources: Sequence[str], progress: Optional[Callable[[int, int], None]] = None):
