@@ -27,8 +27,9 @@ def AttentionBias(q_segment_ids, k_segment_ids, causal=False):
 
 
 def DecodeStepBias(step, max_len, batch):
-  """Bias [B,1,1,max_len] letting decode step `step` see cached positions 0..step."""
-  visible = tf.range(max_len) <= step
+  """Bias [B,1,1,max_len] letting decode step `step` see the cached positions 0..step-1 (the step's own key
+  and value are attended beside the cache: MultiHeadAttention.ExtendStep)."""
+  visible = tf.range(max_len) < step
   return tf.tile(tf.where(visible, 0.0, _NEG_INF)[None, None, None, :], [batch, 1, 1, 1])
 
 
@@ -96,18 +97,23 @@ class MultiHeadAttention(base_layer.BaseLayer):
     return {'key': tf.zeros(shape, dtype), 'value': tf.zeros(shape, dtype)}
 
   def ExtendStep(self, query, cache, bias, step=None):
-    """One decoding step. query: [B,1,M]; bias: [B,1,1,S]; `step` (self-attention only) is the position to
-    write. Returns ([B,1,M], updated cache)."""
+    """One decoding step. query: [B,1,M]; bias: [B,1,1,S] over the cache; `step` (self-attention only) is the
+    position to write. Returns ([B,1,M], updated cache)."""
     q = self._Project(query, 'query')
-    if step is not None:
-      max_len = cache['key'].shape[1]
-      # Writing by a one-hot blend keeps shapes static for XLA; O(max_len) per step is noise next to attention.
-      at = tf.cast(tf.one_hot(step, max_len), query.dtype)[None, :, None, None]
-      cache = {name: cache[name] * (1 - at) + self._Project(query, name) * at for name in ('key', 'value')}
-    return self._Post(self._AttendOne(q, cache['key'], cache['value'], bias)), cache
+    if step is None:
+      return self._Post(self._AttendOne(q, cache['key'], cache['value'], bias)), cache
+    new = {name: self._Project(query, name) for name in ('key', 'value')}                # [B,1,N,D]
+    ctx = self._AttendOne(q, cache['key'], cache['value'], bias, new['key'], new['value'])
+    # The write, a one-hot blend (static shapes for XLA), is read by nothing in this step: its one consumer
+    # is the next step, or first the beam search's gather of the caches, into which XLA fuses it, so the
+    # cache is read once for attention and once for gather + write.
+    at = tf.cast(tf.one_hot(step, cache['key'].shape[1]), query.dtype)[None, :, None, None]
+    return self._Post(ctx), {name: cache[name] * (1 - at) + new[name] * at for name in ('key', 'value')}
 
-  def _AttendOne(self, q, k, v, bias):
-    """_Attend for one query position. q: [B*K,1,N,D]; k/v: [B,S,N,D]; bias: [B,1,1,S] -> [B*K,1,N,D].
+  def _AttendOne(self, q, k, v, bias, new_k=None, new_v=None):
+    """_Attend for one query position. q: [B*K,1,N,D]; k/v: [B,S,N,D]; bias: [B,1,1,S] -> [B*K,1,N,D];
+    `new_k`/`new_v` [B*K,1,N,D]: one more key and value per query (self-attention: the step's own), always
+    visible.
 
     K (the beam) is q's batch over k's: the K queries of a row share its keys and values, so a beam search
     keeps one copy of each source's cross-attention keys instead of K (K = 1 everywhere else). A decoding
@@ -123,6 +129,16 @@ class MultiHeadAttention(base_layer.BaseLayer):
     q = tf.reshape(q * tf.cast(d ** -0.5, q.dtype), [b, -1, 1, n, d])              # [B,K,1,N,D]
     logits = tf.cast(tf.reduce_sum(q * k[:, None], -1), tf.float32)                # [B,K,S,N]
     logits += tf.transpose(bias[:, 0], [0, 2, 1])[:, None]                         # [B,1,S,1]
-    probs = tf.nn.softmax(logits, axis=2)
-    ctx = tf.reduce_sum(tf.cast(probs, v.dtype)[..., None] * v[:, None], 2)        # [B,K,N,D]
-    return tf.reshape(ctx, [-1, 1, n, d])
+    if new_k is None:
+      probs = tf.nn.softmax(logits, axis=2)
+      ctx = tf.reduce_sum(tf.cast(probs, v.dtype)[..., None] * v[:, None], 2)      # [B,K,N,D]
+      return tf.reshape(ctx, [-1, 1, n, d])
+    # The softmax over the S cached keys and the new one, without concatenating them.
+    new_k, new_v = (tf.reshape(t, [b, -1, 1, n, d]) for t in (new_k, new_v))      # [B,K,1,N,D]
+    new_logit = tf.cast(tf.reduce_sum(q * new_k, -1), tf.float32)                  # [B,K,1,N]
+    top = tf.maximum(tf.reduce_max(logits, 2, keepdims=True), new_logit)
+    e, e_new = tf.exp(logits - top), tf.exp(new_logit - top)
+    denom = tf.reduce_sum(e, 2) + e_new[:, :, 0]                                    # [B,K,N]
+    ctx = (tf.reduce_sum(tf.cast(e, v.dtype)[..., None] * v[:, None], 2)
+           + tf.cast(e_new[:, :, 0, :, None], v.dtype) * new_v[:, :, 0])          # [B,K,N,D]
+    return tf.reshape(ctx / tf.cast(denom[..., None], v.dtype), [-1, 1, n, d])
