@@ -81,7 +81,7 @@ def test_plans_follow_the_tiers_and_budget(data_dir):
   assert 'task.model_dim : 128' in plans[0].overrides and 'learner.early_stop_patience : 2' in plans[0].overrides
   assert [bilingual.Tier(n)[0] for n in (40000, 30000, 29999, 8000, 7999, 0)] == [
       'large', 'large', 'medium', 'medium', 'small', 'small']
-  assert [bilingual.Steps(n) for n in (100, 10000, 40000, 10 ** 6)] == [300, 400, 1600, 2000]
+  assert [bilingual.Steps(n) for n in (100, 2500, 3000, 10 ** 6)] == [1500, 1500, 1800, 2000]
   with pytest.raises(ValueError, match='not in the corpus: xx'):
     baselines.Plan(reader.LoadManifest(data_dir), ['de', 'xx'])
 
