@@ -123,6 +123,26 @@ def test_beam_one_equals_greedy(model):
   assert np.all(np.diff(b4.numpy(), axis=1) <= 1e-6)  # sorted best first
 
 
+@pytest.mark.parametrize('n, chunk', [(1000, 8), (1003, 16), (32000, 128)])
+def test_top_k_by_chunks_equals_top_k(n, chunk):
+  """decoding.TopK (a max per chunk, then top-k within the best chunks) gives tf.math.top_k's values and
+  indices: random rows, a row whose k largest share one chunk, one with most values at beam search's -1e9."""
+  k = 8
+  rng = np.random.RandomState(n)
+  x = rng.randn(6, n).astype(np.float32)
+  x[1, 40:40 + k] += 100.0                                  # the top k in one chunk (or two)
+  x[2, :n - 3] = -1e9 + x[2, :n - 3]                        # dead beams' candidates; 3 live values at the end
+  x[3] = -np.abs(x[3])                                      # log-probs: all <= 0
+  want = tf.math.top_k(x, k)
+  for got in (decoding.TopK(tf.constant(x), k, chunk),
+              tf.function(lambda t: decoding.TopK(t, k, chunk), jit_compile=True)(tf.constant(x))):
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    np.testing.assert_array_equal(np.take_along_axis(x, got[1].numpy(), 1), want[0].numpy())
+    # Indices too, except among equal values (row 2's -1e9 + small values round to -1e9 in float32).
+    np.testing.assert_array_equal(np.delete(got[1].numpy(), 2, 0), np.delete(want[1].numpy(), 2, 0))
+    assert len(set(got[1].numpy()[2])) == k
+
+
 def test_every_beam_hypothesis_scores_what_the_model_gives_it(model):
   """Each of the K hypotheses of every row, rescored by teacher forcing, has the log-probability beam search
   reports (over its length penalty): the per-beam caches followed their beams, and the K beams of a row
