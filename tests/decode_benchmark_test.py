@@ -50,6 +50,7 @@ def test_tool_prints_rates_and_their_ratio(data_dir, tmp_path):
   assert r['sentences'] == 8 and r['length'] == 6 and r['beam_size'] == 2
   for side in ('ours', 'huggingface'):
     assert r[side]['sentences_per_second'] == pytest.approx(8 / r[side]['seconds'])
+    assert r[side]['rounds_sentences_per_second'] == [pytest.approx(r[side]['sentences_per_second'])]  # 1 round
   assert r['ratio'] == pytest.approx(r['ours']['sentences_per_second'] / r['huggingface']['sentences_per_second'])
   assert f'ratio {r["ratio"]:.2f}x' in out.stdout and 'reference matmul' in out.stdout
   bad = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.decode_benchmark', '--length=0'],

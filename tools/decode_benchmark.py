@@ -27,7 +27,7 @@ _SENTENCES = flags.DEFINE_integer('sentences', 16, 'Sentences per language.')
 _BATCH = flags.DEFINE_integer('batch_size', 32, 'Sentences per generate call.')
 _BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.')
 _LENGTH = flags.DEFINE_integer('length', 32, 'Output tokens per sentence (forced on both sides).')
-_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed passes (best kept).')
+_ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed passes of each decoder, the two taking turns (best kept).')
 _JSON = flags.DEFINE_string('json', '', "Write the figures as JSON here ('-' = stdout).")
 
 _TARGET = 2.0
@@ -79,8 +79,7 @@ def main(argv):
   out = {'matmul_gflops': timing.MatmulRate(), 'beam_size': _BEAM.value, 'length': _LENGTH.value,
          'batch_size': _BATCH.value, 'sentences': sum(len(b) for b in batches),
          'threads': {'tf_intra_op': tf_threads(), 'torch': torch.get_num_threads()}}
-  out['ours'] = decode.TimeDecoder(ours, batches, _ROUNDS.value)
-  out['huggingface'] = decode.TimeDecoder(hf, batches, _ROUNDS.value)
+  out.update(decode.TimeDecoders({'ours': ours, 'huggingface': hf}, batches, _ROUNDS.value))
   out['ratio'] = out['ours']['sentences_per_second'] / out['huggingface']['sentences_per_second']
   print(f'reference matmul 2048^3 (jit): {out["matmul_gflops"]:.1f} GFLOP/s')
   print(f'{out["sentences"]} test sentences in batches of {_BATCH.value}, beam {_BEAM.value}, '

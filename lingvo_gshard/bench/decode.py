@@ -8,7 +8,7 @@ tokens per sentence: ours decodes exactly `length` steps without its early stop,
 """
 import os
 import time
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -91,19 +91,23 @@ class HuggingFace:
       return self.model.generate(input_ids=x, attention_mask=(x != PAD).long(), **self.kwargs).numpy()
 
 
-def TimeDecoder(fn, batches: Sequence[np.ndarray], rounds: int) -> Dict:
-  """Warms up on the first batch of each shape, then times `rounds` passes over all batches; returns the
-  best pass: {'seconds', 'sentences_per_second'}."""
-  seen = set()
-  for b in batches:
-    if b.shape not in seen:
-      seen.add(b.shape)
-      fn(b)
-  best = float('inf')
-  for _ in range(rounds):
-    start = time.perf_counter()
+def TimeDecoders(fns: Dict[str, Callable], batches: Sequence[np.ndarray], rounds: int) -> Dict[str, Dict]:
+  """Warms each decoder up on the first batch of each shape, then times `rounds` passes over all batches,
+  the decoders taking turns within each round (so a slower or busier stretch of the machine falls on both);
+  returns {name: {'seconds' (best pass), 'sentences_per_second', 'rounds_sentences_per_second'}}."""
+  for fn in fns.values():
+    seen = set()
     for b in batches:
-      fn(b)
-    best = min(best, time.perf_counter() - start)
+      if b.shape not in seen:
+        seen.add(b.shape)
+        fn(b)
   n = sum(len(b) for b in batches)
-  return {'seconds': best, 'sentences_per_second': n / best}
+  times = {name: [] for name in fns}
+  for _ in range(rounds):
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      for b in batches:
+        fn(b)
+      times[name].append(time.perf_counter() - start)
+  return {name: {'seconds': min(t), 'sentences_per_second': n / min(t),
+                 'rounds_sentences_per_second': [n / x for x in t]} for name, t in times.items()}
