@@ -258,5 +258,6 @@ def test_tools_check_their_input_in_one_line(data_dir, tmp_path):
     assert out.returncode == 1 and len(err) == 1 and message in err[0], (args, out.stderr[-1500:])
   out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.train_baselines', f'--data_dir={data_dir}',
                         '--dry_run'], capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0 and '2 pairs; planned steps by tier: small 600' in out.stdout, out.stderr[-1500:]
+  planned = f'2 pairs; planned steps by tier: small {2 * bilingual.MIN_STEPS}'  # both pairs < 2,500 training pairs
+  assert out.returncode == 0 and planned in out.stdout, out.stderr[-1500:]
   assert any(l.startswith('de ') and 'task.model_dim : 128' in l for l in out.stdout.splitlines())
