@@ -49,11 +49,10 @@ def TopK(x, k, chunk=128):
   """tf.math.top_k(x, k) over the last axis of a [B, N] x (values, indices), for small k and large N.
 
   XLA's CPU top-k over a beam's K*V candidates is a sizeable share of a beam-search step (docs/recipe.md,
-  "Session 7"), while a max over every value is one cheap pass. The k largest
-  values lie in the k chunks with the largest maxima (a value outside those chunks has k chunk maxima, each
-  in a different chunk, above it), so a max per chunk, a top-k over the chunk maxima and one over the k*chunk
-  values of those chunks give the same values and indices (among equal values the chosen indices may
-  differ).
+  "Session 7"), while a max over every value is one cheap pass. The k largest values lie in the k chunks
+  with the largest maxima (a value outside those chunks has k chunk maxima, each in a different chunk, above
+  it), so a max per chunk, a top-k over the chunk maxima and one over the k*chunk values of those chunks give
+  the same values and indices (among equal values the chosen indices may differ).
   """
   n = x.shape[-1]
   if n is None or n <= 2 * k * chunk:
