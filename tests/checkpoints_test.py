@@ -14,11 +14,11 @@ from lingvo_gshard.train import checkpoints
 import train_step_test
 
 
-def _Learner(wi_layout, opt, partitioner):
+def _Learner(wi_layout, opt, partitioner, **opt_params):
   p = train_step_test.TinyMoE()
   for stack in (p.encoder, p.decoder):
     stack.moe_tpl.wi_layout = wi_layout
-  return learner.Learner(p, opt.Params().Set(learning_rate=0.01, warmup_steps=1), partitioner)
+  return learner.Learner(p, opt.Params().Set(learning_rate=0.01, warmup_steps=1, **opt_params), partitioner)
 
 
 def _Canonical(weights):
@@ -47,12 +47,14 @@ def test_ehm_layout_starts_from_the_transposed_emh_weights():
   np.testing.assert_array_equal(b.w.wo.numpy(), a.w.wo.numpy())
 
 
-def test_a_checkpoint_restores_whatever_the_wi_layout(tmp_path):
+@pytest.mark.parametrize('beta1', [0.0, 0.9])
+def test_a_checkpoint_restores_whatever_the_wi_layout(tmp_path, beta1):
   """emh -> ehm -> emh: each restore continues the other layout's training with the same losses (Adafactor,
-  whose factored row/column statistics swap between the layouts)."""
+  whose factored row/column statistics swap between the layouts; with momentum, its weight-shaped slot is
+  transposed like the weight)."""
   opt, one = optimizers.Adafactor, sharding.Partitioner('none')
   batch = train_step_test.Batch()
-  emh, ehm = _Learner('emh', opt, one), _Learner('ehm', opt, one)
+  emh, ehm = _Learner('emh', opt, one, beta1=beta1), _Learner('ehm', opt, one, beta1=beta1)
   for _ in range(2):
     emh.TrainStep(batch)
   for lrn, other, name in ((ehm, emh, 'a'), (emh, ehm, 'b')):

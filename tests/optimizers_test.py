@@ -39,14 +39,15 @@ def test_schedule_errors_name_the_param():
   optimizers.Adam.Params().Set(schedule='cosine', total_steps=101).Instantiate()
 
 
-def _NumpyAdafactor(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=0.8):
-  """Adafactor (beta1 = 0, second moments factored for matrices, update clipping, parameter scale) in NumPy
-  float64."""
+def _NumpyAdafactor(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=0.8, beta1=0.0):
+  """Adafactor (second moments factored for matrices, update clipping, parameter scale, momentum beta1 on
+  the scaled update as in T5's) in NumPy float64."""
   w = w.astype(np.float64).copy()
   factored = w.ndim >= 2
   row = np.zeros(w.shape[:-1])
   col = np.zeros(w.shape[:-2] + w.shape[-1:])
   v = np.zeros(w.shape)
+  m = np.zeros(w.shape)
   for t, g in enumerate(grads, 1):
     g = g.astype(np.float64)
     decay = 1 - t ** -decay_exp
@@ -59,7 +60,9 @@ def _NumpyAdafactor(w, grads, lr_fn, eps1=1e-30, eps2=1e-3, clip=1.0, decay_exp=
       v = decay * v + (1 - decay) * g2
     u = g / np.sqrt(v)
     u /= max(1.0, np.sqrt(np.mean(u * u)) / clip)
-    w -= lr_fn(t) * max(eps2, np.sqrt(np.mean(w * w))) * u
+    u = lr_fn(t) * max(eps2, np.sqrt(np.mean(w * w))) * u
+    m = beta1 * m + (1 - beta1) * u
+    w -= m
   return w
 
 
@@ -95,6 +98,21 @@ def test_adafactor_vector_and_clipping_match_numpy():
   assert set(opt.slots['w']) == {'v'}
   ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)))
   np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('shape,axes', [((3, 5, 4), ('expert', 'model', 'hidden')), ((7,), ('model',))])
+def test_adafactor_momentum_matches_numpy(shape, axes):
+  """beta1 > 0: one weight-sized momentum slot of the scaled, clipped update, factored or not."""
+  rng = np.random.RandomState(3)
+  spec = base_layer.WeightSpec(shape, axes)
+  w0 = rng.normal(size=spec.shape).astype(np.float32)
+  grads = [rng.normal(size=spec.shape).astype(np.float32) * s for s in (1.0, 20.0, 0.1, 3.0)]
+  var, opt = _Train(optimizers.Adafactor.Params().Set(learning_rate=0.5, warmup_steps=2, beta1=0.9), spec, w0,
+                    grads)
+  assert opt.slots['w']['m'].shape == shape
+  ref = _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2)), beta1=0.9)
+  np.testing.assert_allclose(var.numpy(), ref, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(ref, _NumpyAdafactor(w0, grads, lambda t: float(optimizers.RsqrtSchedule(t, 0.5, 2))))
 
 
 def test_adam_matches_numpy():

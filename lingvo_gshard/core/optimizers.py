@@ -165,7 +165,8 @@ class Adam(Optimizer):
 
 class Adafactor(Optimizer):
   """Adafactor (Shazeer & Stern 2018) as GShard trains with it: beta1 = 0, second-moment decay 1 - t^-0.8,
-  factored second moments for matrices, update clipping 1.0, updates scaled by the weight's RMS."""
+  factored second moments for matrices, update clipping 1.0, updates scaled by the weight's RMS. beta1 > 0
+  adds momentum on the clipped, scaled update (Lingvo's and T5's `beta1`), at one weight-sized slot."""
 
   @classmethod
   def Params(cls):
@@ -175,6 +176,7 @@ class Adafactor(Optimizer):
     p.Define('epsilon1', 1e-30, 'Added to squared gradients.')
     p.Define('epsilon2', 1e-3, 'Lower bound of the parameter scale.')
     p.Define('multiply_by_parameter_scale', True, 'Scale updates by max(epsilon2, RMS(weight)).')
+    p.Define('beta1', 0.0, 'Momentum of the update (0 = none, no slot: the paper\'s memory-lean setting).')
     return p
 
   @staticmethod
@@ -182,23 +184,26 @@ class Adafactor(Optimizer):
     return len(spec.shape) >= 2
 
   def SlotSpecs(self, spec):
+    momentum = {'m': (spec.shape, spec.logical_axes)} if self.p.beta1 else {}
     if not self._Factored(spec):
-      return {'v': (spec.shape, spec.logical_axes)}
+      return {'v': (spec.shape, spec.logical_axes), **momentum}
     shape, axes = tuple(spec.shape), tuple(spec.logical_axes)
     # Rows average over the last dim, columns over the second to last; the other axes keep their layout.
-    return {'v_row': (shape[:-1], axes[:-1]), 'v_col': (shape[:-2] + shape[-1:], axes[:-2] + axes[-1:])}
+    return {'v_row': (shape[:-1], axes[:-1]), 'v_col': (shape[:-2] + shape[-1:], axes[:-2] + axes[-1:]),
+            **momentum}
 
   def CanonicalSlots(self, spec, slots):
     perm = spec.checkpoint_perm
     n = len(spec.shape)
     if perm is None or not self._Factored(spec) or tuple(perm[:-2]) != tuple(range(n - 2)):
       return super().CanonicalSlots(spec, slots)
+    momentum = {'m': (slots['m'], perm)} if 'm' in slots else {}
     if tuple(perm[-2:]) == (n - 2, n - 1):
-      return {name: (v, None) for name, v in slots.items()}
+      return {'v_row': (slots['v_row'], None), 'v_col': (slots['v_col'], None), **momentum}
     # The last two dims swapped: the stored weight's row statistics are the canonical one's column
     # statistics and the other way round (same values, no transpose). The update is the same either way:
     # it is g_ij / sqrt(r_i c_j / mean(r)), and mean(r) = mean(c) = mean(g^2) + epsilon1 at every step.
-    return {'v_row': (slots['v_col'], None), 'v_col': (slots['v_row'], None)}
+    return {'v_row': (slots['v_col'], None), 'v_col': (slots['v_row'], None), **momentum}
 
   def Update(self, value, grad, slots, lr, step):
     # Written for few passes over weight-sized tensors (each is a separate kernel in a TF-graph step, and
@@ -227,5 +232,10 @@ class Adafactor(Optimizer):
       rms_value = tf.sqrt(2.0 * tf.nn.l2_loss(tf.cast(value, tf.float32)) / num)
       scale *= tf.maximum(p.epsilon2, rms_value)
     if 'v' in slots:
-      return scale * update, new_slots
-    return grad * (scale * row_factor)[..., :, None] * col_factor[..., None, :], new_slots
+      update = scale * update
+    else:
+      update = grad * (scale * row_factor)[..., :, None] * col_factor[..., None, :]
+    if p.beta1:
+      update = p.beta1 * slots['m'] + (1 - p.beta1) * update
+      new_slots['m'] = update
+    return update, new_slots
