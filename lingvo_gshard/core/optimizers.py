@@ -197,9 +197,9 @@ class Adafactor(Optimizer):
     n = len(spec.shape)
     if perm is None or not self._Factored(spec) or tuple(perm[:-2]) != tuple(range(n - 2)):
       return super().CanonicalSlots(spec, slots)
-    momentum = {'m': (slots['m'], perm)} if 'm' in slots else {}
     if tuple(perm[-2:]) == (n - 2, n - 1):
-      return {'v_row': (slots['v_row'], None), 'v_col': (slots['v_col'], None), **momentum}
+      return {name: (v, None) for name, v in slots.items()}  # perm is the identity
+    momentum = {'m': (slots['m'], perm)} if 'm' in slots else {}
     # The last two dims swapped: the stored weight's row statistics are the canonical one's column
     # statistics and the other way round (same values, no transpose). The update is the same either way:
     # it is g_ij / sqrt(r_i c_j / mean(r)), and mean(r) = mean(c) = mean(g^2) + epsilon1 at every step.
