@@ -33,7 +33,11 @@ class Experiment:
     from lingvo_gshard.core import optimizers  # pylint: disable=g-import-not-at-top
     p = hyperparams.Params()
     p.Define('optimizer', optimizers.Adafactor.Params(), 'Optimizer params (learning rate and schedule).')
-    p.Define('max_steps', 1000, 'Number of training steps.')
+    p.Define('max_steps', 1000, 'Number of training steps (with max_train_seconds: the most it may choose).')
+    p.Define('max_train_seconds', 0.0, 'A wall-clock budget for training, start-up included (0 = off): the '
+             'trainer times the first steps inside the warm-up and a dev evaluation, then fixes max_steps (and '
+             "a decaying schedule's end) to fit; budget.json in the log directory records the decision, and a "
+             'resumed run keeps it (train/budget.py).')
     p.Define('on_nonfinite', 'stop', "A NaN/Inf loss or gradient: 'stop' (exit naming the step; the last "
              "checkpoint stays as it was) or 'skip' (that step's update is not applied; skips are counted).")
     p.Define('seed', 1234, 'Seed of weight initialisation and of every random draw in training.')

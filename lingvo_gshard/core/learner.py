@@ -41,6 +41,12 @@ class Learner:
     self._train = self.runner.Compile(self._TrainStep)
     self._eval = self.runner.Compile(self._EvalStep)
 
+  def SetScheduleEnd(self, total_steps: int):
+    """Moves the end of the optimizer's decaying schedule (a time budget decides it inside the warm-up); the
+    train step is traced again at its next call."""
+    self.optimizer.p = self.optimizer.p.Copy().Set(total_steps=total_steps).Freeze()
+    self._train = self.runner.Compile(self._TrainStep)
+
   def _TrainStep(self, batch, seed):
     with sharding.use(self.partitioner):
       # New values are computed, then assigned, never read back: under DTensor a read of a variable after

@@ -16,6 +16,7 @@ from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.core import step_runner
+from lingvo_gshard.train import budget
 from lingvo_gshard.train import checkpoints
 
 DEV_LOG = 'dev_eval.jsonl'
@@ -161,7 +162,8 @@ class DevEvaler:
         done.add(os.path.basename(path))
         count += 1
       step = checkpoints.Step(path)
-      if step >= self.max_steps:
+      record = budget.Read(self.logdir)  # a time budget fixes the trainer's max_steps after this job started
+      if step >= (record['max_steps'] if record else self.max_steps):
         break
       stopped = FirstEarlyStop(ReadDevLog(self.logdir, 'trainer'), self.patience, self.tolerance, self.max_steps)
       if stopped and stopped[0] <= step:

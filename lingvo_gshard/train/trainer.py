@@ -20,6 +20,7 @@ from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.core import step_runner
+from lingvo_gshard.train import budget as budget_lib
 from lingvo_gshard.train import checkpoints
 
 
@@ -83,6 +84,7 @@ class Trainer:
     self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
     if max_steps is not None:
       self.params.learner.max_steps = max_steps
+    self.budget = self._Budget()  # before the schedule's end is resolved: a recorded budget moves it
     experiment_lib.ResolveLearner(self.params.learner)  # a decaying schedule ends where the run does
     self.task = self.params.task
     self.learner_p = self.params.learner
@@ -133,6 +135,52 @@ class Trainer:
                     tf.summary.create_noop_writer() for s in ('train', 'dev')}
     self._resumed_seconds = None  # training seconds before this process, read at the first save
     self._dev_rows: Optional[List[Dict]] = None  # in-training dev evaluations, for early stopping
+
+  def _Budget(self) -> Optional[budget_lib.TimeBudget]:
+    """The time budget still to be decided (None: no budget, or one decided before, whose max_steps this
+    sets: a resumed run trains to the same step with the same schedule)."""
+    lp = self.params.learner
+    if 'max_train_seconds' not in lp or not lp.max_train_seconds:
+      return None
+    opt = lp.optimizer
+    follows = 'total_steps' in opt and not opt.total_steps and opt.schedule != 'rsqrt'
+    self._budget_moves_schedule = follows
+    budget = budget_lib.TimeBudget(lp.max_train_seconds, lp.max_steps,
+                                   opt.warmup_steps if follows else lp.max_steps, lp.eval_interval,
+                                   min_steps=opt.warmup_steps if follows else 0)
+    recorded = budget.Recorded(self.logdir)
+    if recorded is None:
+      return budget
+    self.log(f'time budget {budget.seconds:g} s: max_steps {recorded} (decided before, '
+             f'{budget_lib.BUDGET_FILE})')
+    lp.max_steps = recorded
+    return None
+
+  def _DecideBudget(self, step: int, elapsed: float, seconds_per_step: float, compile_seconds: float,
+                    evaluate: bool) -> bool:
+    """Fixes max_steps from the timings so far (and a timed dev evaluation if the run evaluates), records
+    it, moves the schedule's end; returns True if the train step must compile again."""
+    began = time.time()
+    if evaluate and self.learner_p.eval_interval:
+      self.Evaluate()  # timed only: its compilation is paid here instead of at the first real evaluation
+    eval_seconds = time.time() - began
+    recompile = compile_seconds if self._budget_moves_schedule else 0.0
+    record = self.budget.Decide(step, elapsed + eval_seconds, seconds_per_step, eval_seconds, recompile)
+    lp = self.learner_p
+    lp.max_steps = record['max_steps']
+    if self.chief:
+      self.budget.Record(self.logdir, record)
+    if self._budget_moves_schedule:
+      lp.optimizer.total_steps = lp.max_steps
+      self.learner.SetScheduleEnd(lp.max_steps)
+    if self.chief:
+      self._WriteParams()  # what an evaluator restores: the run's max_steps and schedule as decided
+    self.log(f'time budget {self.budget.seconds:g} s: {seconds_per_step:.3f} s a step over the steps timed, '
+             f'a dev evaluation {eval_seconds:.1f} s, {record["elapsed_seconds"]:.0f} s spent: training to step '
+             f'{lp.max_steps}' + (' (the cap, learner.max_steps)' if record['capped'] else '')
+             + f' ({budget_lib.BUDGET_FILE})')
+    self.budget = None
+    return self._budget_moves_schedule
 
   def _CheckMemory(self):
     """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device,
@@ -246,6 +294,7 @@ class Trainer:
     """Runs to `max_steps` (resuming), with dev evaluations every `eval_interval` steps if `evaluate`;
     returns the last training metrics. SIGTERM/SIGINT end the current step, save it and raise Preempted."""
     lp = self.learner_p
+    began = time.time()  # a time budget counts from here: building the input and compiling are training time
     # The checkpoint's step, read alone: the whole checkpoint is restored once, after the input exists.
     saved = self.Step()
     for path in self.candidates:
@@ -278,19 +327,25 @@ class Trainer:
     step = self.Restore()
     # Evaluations past the restored step (a process killed after them) are redone; they are not history.
     self._dev_rows = [r for r in self._DevRows() if r['step'] <= step]
+    spent = 0.0  # budget seconds of earlier processes (one killed before the budget was decided)
+    if self.budget is not None and step:
+      rows = checkpoints.ReadJsonl(os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG))
+      spent = max([r['train_seconds'] for r in rows if r['step'] <= step] or [0.0])
     with _SignalsSaved() as signals:
-      return self._Loop(data, step, signals, evaluate)
+      return self._Loop(data, step, signals, evaluate, began - spent)
 
-  def _Loop(self, data, step, signals, evaluate):
+  def _Loop(self, data, step, signals, evaluate, budget_start):
     lp = self.learner_p
     last, window_tokens, window_steps, window_start = {}, 0.0, 0, time.time()
     began = start = window_start
     start_step, input_seconds, saved_step, skipped = step, None, step, 0
+    compiling, decide_at = True, None  # compiling: the next step traces the train step (again)
     while step < lp.max_steps:
       batch = {k: v.numpy() for k, v in next(data).items()}
       first = input_seconds is None
       if first:
         input_seconds = time.time() - start
+      step_began, compiled = time.time(), compiling
       metrics = self.learner.TrainStep(batch)
       step += 1
       if not float(self.partitioner.Fetch(metrics['finite'])):
@@ -301,9 +356,16 @@ class Trainer:
               f'step {saved_step}); learner.on_nonfinite : skip would skip such steps')
         skipped += 1
         self.log(f'step {step}: non-finite loss or gradient, update skipped ({skipped} so far)')
-      if first:
-        self.log(f'first batch after {input_seconds:.0f}s, first step (compiling it) '
-                 f'{time.time() - start - input_seconds:.0f}s; training to step {lp.max_steps}')
+      if compiled:
+        compile_seconds, compiling = time.time() - step_began, False
+        if self.budget is not None and decide_at is None:
+          decide_at = self.budget.DecisionStep(step)
+        if first:
+          self.log(f'first batch after {input_seconds:.0f}s, first step (compiling it) {compile_seconds:.0f}s; '
+                   f'training to step {lp.max_steps}' + (
+                       f' at most: the time budget decides after step {decide_at}' if decide_at else ''))
+        else:
+          self.log(f'step {step}: the train step compiled again in {compile_seconds:.0f}s')
         # Rates and the ETA count from here: neither start-up cost recurs.
         start, start_step, window_start = time.time(), step, time.time()
       else:
@@ -323,6 +385,11 @@ class Trainer:
                  f'{last["target_tokens_per_sec"]:.0f} tgt tok/s '
                  + (f'{elapsed / window_steps:.3f} s/step ' if window_steps else '')
                  + f' elapsed {_Clock(now - began)} eta {_Clock(eta)}')
+        window_tokens, window_steps, window_start = 0.0, 0, time.time()
+      if step == decide_at:
+        per_step = (time.time() - start) / (step - start_step)
+        compiling = self._DecideBudget(step, time.time() - budget_start, per_step, compile_seconds, evaluate)
+        decide_at, start, start_step = None, time.time(), step
         window_tokens, window_steps, window_start = 0.0, 0, time.time()
       stop = evaluate and lp.eval_interval and step % lp.eval_interval == 0 and self._RunEval(step)
       if step % lp.save_interval == 0 or step == lp.max_steps or stop:

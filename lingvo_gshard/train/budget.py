@@ -1,0 +1,107 @@
+"""A wall-clock budget for a training run: how many steps fit this machine, decided once and kept.
+
+A run of known length learns fastest with a schedule that ends where it does (`optimizers.Schedule`), but
+how many steps fit in, say, 15 minutes depends on the machine. With `learner.max_train_seconds` the trainer
+times the first steps of the run, which lie inside the learning-rate warm-up (where the schedule does not
+yet depend on where it ends), and a timed dev evaluation, then fixes `max_steps` (and the schedule's end) so
+that training, its evaluations and the step's recompilation end within the budget. The decision is written
+to `budget.json` in the log directory: a resumed run reuses it, so it trains exactly the run an
+uninterrupted one would have (and `--max_steps=N` with no budget reproduces it on any machine).
+"""
+import json
+import math
+import os
+import time
+from typing import Dict, Optional
+
+BUDGET_FILE = 'budget.json'
+PROBE_STEPS = 50       # steps timed after the first (compiling) one, at most
+MIN_PROBE_STEPS = 5    # fewer timed steps than this would not say much about the step time
+
+
+class BudgetError(ValueError):
+  """A budget that cannot be honoured, or a log directory whose recorded budget disagrees with the params."""
+
+
+def Read(logdir: str) -> Optional[Dict]:
+  """The decision recorded in `logdir`, or None."""
+  path = os.path.join(logdir, BUDGET_FILE)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      record = json.load(f)
+    int(record['max_steps']), float(record['max_train_seconds'])
+  except (ValueError, KeyError, TypeError) as e:
+    raise BudgetError(f'{path}: not a budget record ({type(e).__name__}: {e}); remove it to size the run '
+                      'again') from None
+  return record
+
+
+def _Write(logdir: str, record: Dict):
+  path = os.path.join(logdir, BUDGET_FILE)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(record, f, indent=1)
+  os.replace(path + '.tmp', path)  # a kill mid-write leaves the old file or none, never half of one
+
+
+class TimeBudget:
+  """Decides `max_steps` for `seconds` of training from timings taken inside the warm-up.
+
+  `last_free_step` is the last step whose update does not depend on the decision (the warm-up's end when
+  the schedule decays to max_steps; any step otherwise); `cap` is the experiment's max_steps, which the
+  budget never exceeds.
+  """
+
+  def __init__(self, seconds: float, cap: int, last_free_step: int, eval_interval: int, min_steps: int = 0):
+    if seconds <= 0:
+      raise BudgetError(f'learner.max_train_seconds must be > 0, got {seconds}')
+    self.seconds, self.cap, self.last_free_step = float(seconds), int(cap), int(last_free_step)
+    self.eval_interval, self.min_steps = int(eval_interval), int(min_steps)
+
+  def DecisionStep(self, first_timed_step: int) -> int:
+    """The step after which to decide, given the first step of this process that runs compiled (timed
+    steps are those after it); a BudgetError if too few such steps are left before `last_free_step`."""
+    step = min(first_timed_step + PROBE_STEPS, self.last_free_step)
+    if step - first_timed_step < MIN_PROBE_STEPS:
+      raise BudgetError(
+          f'learner.max_train_seconds: only {max(step - first_timed_step, 0)} steps can be timed before step '
+          f'{self.last_free_step}, after which the learning rate depends on max_steps (need '
+          f'{MIN_PROBE_STEPS}; a longer learner.optimizer.warmup_steps gives them)')
+    return step
+
+  def Decide(self, step: int, elapsed: float, seconds_per_step: float, eval_seconds: float,
+             recompile_seconds: float) -> Dict:
+    """The record of the decision at `step`, `elapsed` seconds into the budget: as many steps as fit in what
+    is left after the recompilation and one dev evaluation per eval_interval (and one at the end)."""
+    left = self.seconds - elapsed - recompile_seconds
+    steps = 0
+    for _ in range(3):  # the number of evaluations depends on the steps, and the other way round
+      evals = (math.ceil(steps / self.eval_interval) + 1) if self.eval_interval else 0
+      steps = max(int((left - evals * eval_seconds) / seconds_per_step), 0)
+    max_steps = min(step + steps, self.cap)
+    if max_steps <= max(step, self.min_steps):
+      raise BudgetError(
+          f'learner.max_train_seconds {self.seconds:g}: at {seconds_per_step:.3f} s a step, {elapsed:.0f} s '
+          f'already spent and {recompile_seconds + eval_seconds:.0f} s for a recompilation and an evaluation, '
+          f'the run would end at step {max_steps}, not past step {max(step, self.min_steps)}')
+    return {'max_train_seconds': self.seconds, 'max_steps': max_steps, 'decided_at_step': step,
+            'elapsed_seconds': round(elapsed, 1), 'seconds_per_step': round(seconds_per_step, 4),
+            'eval_seconds': round(eval_seconds, 1), 'recompile_seconds': round(recompile_seconds, 1),
+            'capped': max_steps == self.cap, 'time': time.strftime('%Y-%m-%dT%H:%M:%S')}
+
+  def Record(self, logdir: str, record: Dict):
+    _Write(logdir, record)
+
+  def Recorded(self, logdir: str) -> Optional[int]:
+    """max_steps recorded in `logdir` for this budget, None if none was; a BudgetError if the record was
+    made for another budget (the schedule has already run toward its end)."""
+    record = Read(logdir)
+    if record is None:
+      return None
+    if float(record['max_train_seconds']) != self.seconds:
+      raise BudgetError(
+          f'{os.path.join(logdir, BUDGET_FILE)}: the run was sized for {record["max_train_seconds"]:g} s '
+          f'(max_steps {record["max_steps"]}), learner.max_train_seconds is now {self.seconds:g}; remove the '
+          'file to size it again (its schedule has already run toward the old end)')
+    return int(record['max_steps'])
