@@ -5,9 +5,9 @@ FFN's hidden size, and top-2 routing runs two of them per token (plus a router t
 small enough that a training step on 2 CPU cores takes well under a second.
 
 Two recipes, one class constant block apart (docs/recipe.md has the sweep behind them):
-  M4TinyMoEDemo, M4TinyDenseDemo   the ~15-minute CPU budget of the README's main job: 1,200 steps, a cosine
-                                   schedule from a 100-step warm-up, no dropout (a few epochs of the data),
-                                   Adafactor with momentum 0.9;
+  M4TinyMoEDemo, M4TinyDenseDemo   the 15-minute CPU budget of the README's main job: as many steps as
+                                   fit (learner.max_train_seconds), 2+2 layers, a cosine schedule from a
+                                   100-step warm-up to the last step, no dropout, Adafactor with momentum 0.9;
   M4TinyMoE, M4TinyDense           the 2-hour budget: 8,500 steps, the same schedule, dropout 0.1 on the
                                    input and the residual branches only (attention and ReLU dropout cost
                                    more step time than they gave back in steps).
@@ -51,6 +51,7 @@ class M4TinyBase(experiment.Experiment):
   TEMPERATURE = 5.0           # p_l ∝ n_l^(1/T), the M4 setting
   # The recipe: Adafactor (the paper's optimizer) with a schedule that ends where the run does.
   MAX_STEPS = 8500            # sized for <= 2 h on 2 cores (bfloat16, 32 rows; docs/recipe.md has the times)
+  MAX_TRAIN_SECONDS = 0       # > 0: a wall-clock budget that sizes the run to the machine (MAX_STEPS caps it)
   SCHEDULE = 'cosine'         # warm-up, then a half cosine to 0 at MAX_STEPS
   LEARNING_RATE = 0.03        # peak (Adafactor scales it by each weight's RMS)
   BETA1 = 0.0                 # Adafactor momentum; 0: the paper's (no slot)
@@ -89,7 +90,7 @@ class M4TinyBase(experiment.Experiment):
     p = super().Learner()
     p.optimizer.Set(learning_rate=self.LEARNING_RATE, warmup_steps=self.WARMUP_STEPS, schedule=self.SCHEDULE,
                     beta1=self.BETA1)
-    p.Set(max_steps=self.MAX_STEPS, log_interval=20, eval_interval=self.SAVE_INTERVAL,
+    p.Set(max_steps=self.MAX_STEPS, max_train_seconds=self.MAX_TRAIN_SECONDS, log_interval=20, eval_interval=self.SAVE_INTERVAL,
           save_interval=self.SAVE_INTERVAL, keep_checkpoints=5, keep_checkpoint_every_n_hours=0.25)
     return p
 
@@ -134,10 +135,13 @@ class M4TinyMoE64(M4TinyMoE):
 
 
 class _Demo:
-  """The 15-minute recipe (mixed into both models): 1,200 steps (~14 min of training on 2 cores at a 196
-  GFLOP/s reference matmul, bfloat16), no dropout, Adafactor with momentum (in so few steps momentum's
-  faster start outweighs its extra weight-sized slot; docs/recipe.md, session 8)."""
-  MAX_STEPS = 1200
+  """The 15-minute recipe (mixed into both models): 2+2 layers, as many steps as 15 minutes of training fit
+  on this machine (the trainer times the first ones and ends the schedule there; budget.json records the
+  count), no dropout, Adafactor with momentum (in so few steps momentum's faster start outweighs its extra
+  weight-sized slot; docs/recipe.md, sessions 8 and 9)."""
+  MAX_TRAIN_SECONDS = 900
+  MAX_STEPS = 5000            # the cap: a machine fast enough to pass it trains 5,000 steps in < 15 minutes
+  NUM_LAYERS = 2              # cheaper steps: at equal minutes more of them beat the extra layer (session 9)
   DROPOUT = 0.0
   SAVE_INTERVAL = 400
   BETA1 = 0.9
@@ -145,9 +149,10 @@ class _Demo:
 
 @registry.Register
 class M4TinyDenseDemo(_Demo, M4TinyDense):
-  """M4TinyDense trained for the README's ~15-minute CPU budget (1,200 steps, no dropout)."""
+  """M4TinyDense trained for the README's 15-minute CPU budget (steps sized to the machine, no dropout)."""
 
 
 @registry.Register
 class M4TinyMoEDemo(_Demo, M4TinyMoE):
-  """M4TinyMoE trained for the README's ~15-minute CPU budget (1,200 steps, no dropout): the main job."""
+  """M4TinyMoE trained for the README's 15-minute CPU budget (steps sized to the machine, no dropout): the
+  main job."""

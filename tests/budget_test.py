@@ -33,7 +33,8 @@ def test_budgets_that_cannot_be_kept_are_one_line_errors(tmp_path):
   b = budget_lib.TimeBudget(60, cap=5000, last_free_step=100, eval_interval=0, min_steps=100)
   with pytest.raises(budget_lib.BudgetError, match=r'would end at step 90, not past step 100'):
     b.Decide(step=60, elapsed=45.0, seconds_per_step=0.5, eval_seconds=0.0, recompile_seconds=0.0)
-  assert b.DecisionStep(1) == 51 and b.DecisionStep(80) == 100
+  assert b.DecisionStep(1) == 100 and b.DecisionStep(80) == 100 and budget_lib.TimeBudget(
+      60, 5000, 5000, 0).DecisionStep(1) == 1 + budget_lib.PROBE_STEPS
   with pytest.raises(budget_lib.BudgetError, match=r'only 3 steps can be timed before step 100.*warmup_steps'):
     b.DecisionStep(97)
   with pytest.raises(budget_lib.BudgetError, match='must be > 0'):

@@ -133,6 +133,8 @@ def test_trainer_tool_errors_are_one_line(tmp_path):
                         (['--model=M4TinyMoE', '--model_params_override=learner.optimizer.schedule : exp'],
                          "optimizer.schedule: unknown 'exp'"),
                         (['--model=MoE2048E36L'], 'MoE2048E36L needs 4'),
+                        (['--model=M4TinyMoEDemo', '--max_train_seconds=-5'],
+                         'learner.max_train_seconds must be > 0, got -5'),
                         ]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', f'--logdir={tmp_path}/x',
                           '--data_dir=/nonexistent'] + args, capture_output=True, text=True, timeout=300)

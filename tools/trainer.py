@@ -48,6 +48,9 @@ _JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps; --
                          'islands around MoE routing and the losses. Default: the step runner\'s rule for this '
                          'machine (jit on accelerators and CPUs without AVX-512; printed at start-up).')
 _MAX_STEPS = flags.DEFINE_integer('max_steps', None, 'Override the experiment\'s max_steps.')
+_MAX_TRAIN_SECONDS = flags.DEFINE_float(
+    'max_train_seconds', None, 'Override the experiment\'s wall-clock budget (learner.max_train_seconds): '
+    'the steps that fit are decided inside the warm-up and kept in LOGDIR/budget.json; 0 = none (max_steps).')
 _OVERRIDES = flags.DEFINE_string(
     'model_params_override', '', 'Params overrides, keys as params.txt prints them: Lingvo\'s '
     '"task.encoder.num_layers : 4; learner.max_steps : 900" or "a.b=1,c=2" (keys outside task/learner/input '
@@ -94,11 +97,13 @@ def main(argv):
       strategy, runner = tpu.CreateTPUStrategy(exp.Mesh(_MESH.value or None), exp.ShardingRules(), _TPU.value)
       with strategy.scope():
         trainer = trainer_lib.Trainer(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value,
-                                      _OVERRIDES.value, _MAX_STEPS.value, log=log, runner=runner)
+                                      _OVERRIDES.value, _MAX_STEPS.value, log=log, runner=runner,
+                                      max_train_seconds=_MAX_TRAIN_SECONDS.value)
     else:
       runner = _Runner(exp)
       trainer = trainer_lib.Trainer(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value, _OVERRIDES.value,
-                                    _MAX_STEPS.value, log=log, runner=runner)
+                                    _MAX_STEPS.value, log=log, runner=runner,
+                                    max_train_seconds=_MAX_TRAIN_SECONDS.value)
     trainer.Train(evaluate=_MODE.value == 'train_and_eval')
   except trainer_lib.Preempted as e:
     _Fail(str(e), 128 + e.signum)
@@ -107,9 +112,9 @@ def main(argv):
 
 
 def _RunEvalOrDecode(exp, log):
-  if _OVERRIDES.value or _MAX_STEPS.value is not None:
+  if _OVERRIDES.value or _MAX_STEPS.value is not None or _MAX_TRAIN_SECONDS.value is not None:
     raise ValueError(f'--mode={_MODE.value} restores the run as it was trained (its params.txt); '
-                     '--model_params_override and --max_steps apply to training only')
+                     '--model_params_override, --max_steps and --max_train_seconds apply to training only')
   if _MODE.value == 'eval':
     from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     runner = _Runner(exp)

@@ -15,7 +15,7 @@ import time
 from typing import Dict, Optional
 
 BUDGET_FILE = 'budget.json'
-PROBE_STEPS = 50       # steps timed after the first (compiling) one, at most
+PROBE_STEPS = 100      # steps timed after the first (compiling) one, at most: the longer, the less noise
 MIN_PROBE_STEPS = 5    # fewer timed steps than this would not say much about the step time
 
 

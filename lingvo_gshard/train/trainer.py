@@ -5,7 +5,8 @@ What a run writes to its log directory (Lingvo/Praxis habits):
   post_init_model_params.txt    every weight's shape, logical axes, mesh axes and per-device shape;
   train/, dev/                  TensorBoard summaries (loss, xent, aux loss, learning rate, tokens/s, and
                                 every MoE layer's routing stats);
-  ckpt-N.*                      checkpoints (weights, optimizer slots, step); a rerun resumes from the latest.
+  ckpt-N.*                      checkpoints (weights, optimizer slots, step); a rerun resumes from the latest;
+  budget.json                   with learner.max_train_seconds: the steps the time budget fits (train/budget.py).
 """
 import json
 import os
@@ -77,13 +78,17 @@ class Trainer:
 
   def __init__(self, experiment: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
                data_dir: Optional[str] = None, overrides: str = '', max_steps: Optional[int] = None,
-               log: Callable[[str], None] = print, runner: Optional[step_runner.StepRunner] = None):
-    """`runner` compiles the steps (default: StepRunner(partitioner), the machine's rule)."""
+               log: Callable[[str], None] = print, runner: Optional[step_runner.StepRunner] = None,
+               max_train_seconds: Optional[float] = None):
+    """`runner` compiles the steps (default: StepRunner(partitioner), the machine's rule); `max_steps` and
+    `max_train_seconds` replace the learner's (after `overrides`)."""
     self.exp, self.partitioner, self.logdir, self.log = experiment, partitioner, logdir, log
     self.params = experiment_lib.ExperimentParams(experiment, data_dir or '')
     self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
     if max_steps is not None:
       self.params.learner.max_steps = max_steps
+    if max_train_seconds is not None:
+      self.params.learner.max_train_seconds = float(max_train_seconds)
     self.budget = self._Budget()  # before the schedule's end is resolved: a recorded budget moves it
     experiment_lib.ResolveLearner(self.params.learner)  # a decaying schedule ends where the run does
     self.task = self.params.task
@@ -294,7 +299,6 @@ class Trainer:
     """Runs to `max_steps` (resuming), with dev evaluations every `eval_interval` steps if `evaluate`;
     returns the last training metrics. SIGTERM/SIGINT end the current step, save it and raise Preempted."""
     lp = self.learner_p
-    began = time.time()  # a time budget counts from here: building the input and compiling are training time
     # The checkpoint's step, read alone: the whole checkpoint is restored once, after the input exists.
     saved = self.Step()
     for path in self.candidates:
@@ -318,6 +322,7 @@ class Trainer:
           tf.summary.text('params', f'```\n{f.read()}\n```', step=saved)
     self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
     data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
+    began = time.time()  # a time budget counts from here (the vocabularies are data preparation, not training)
     # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
     # have read (position, shuffle buffers and mixture state), so its losses are the same step for step.
     if self.client is None:
