@@ -19,19 +19,20 @@ import train_step_test
 def test_decide_fits_steps_evaluations_and_the_recompilation():
   b = budget_lib.TimeBudget(900, cap=5000, last_free_step=100, eval_interval=400, min_steps=100)
   record = b.Decide(step=60, elapsed=100.0, seconds_per_step=0.5, eval_seconds=10.0, recompile_seconds=20.0)
-  # 780 s left: n steps and ceil(n/400)+1 evaluations of 10 s must fit; 1,480 steps need 5 evaluations
-  # (1,480 x 0.5 + 50 = 790 > 780), 1,460 need 5 too (780 exactly).
+  # 762 s left (900 less the margin, the 100 s spent and the recompilation): n steps and ceil(n/400)+1
+  # evaluations of 10 s must fit; 1,424 steps and 5 evaluations take 762 s exactly.
+  left = 900 * (1 - budget_lib.MARGIN) - 100 - 20
   n = record['max_steps'] - 60
   evals = -(-n // 400) + 1
-  assert n * 0.5 + evals * 10 <= 780 < (n + 1) * 0.5 + (-(-(n + 1) // 400) + 1) * 10
-  assert n == 1460 and not record['capped'] and record['decided_at_step'] == 60
+  assert n * 0.5 + evals * 10 <= left < (n + 1) * 0.5 + (-(-(n + 1) // 400) + 1) * 10
+  assert n == 1424 and not record['capped'] and record['decided_at_step'] == 60
   capped = b.Decide(step=60, elapsed=1.0, seconds_per_step=0.01, eval_seconds=0.0, recompile_seconds=0.0)
   assert capped['max_steps'] == 5000 and capped['capped']
 
 
 def test_budgets_that_cannot_be_kept_are_one_line_errors(tmp_path):
   b = budget_lib.TimeBudget(60, cap=5000, last_free_step=100, eval_interval=0, min_steps=100)
-  with pytest.raises(budget_lib.BudgetError, match=r'would end at step 90, not past step 100'):
+  with pytest.raises(budget_lib.BudgetError, match=r'would end at step 87, not past step 100'):
     b.Decide(step=60, elapsed=45.0, seconds_per_step=0.5, eval_seconds=0.0, recompile_seconds=0.0)
   assert b.DecisionStep(1) == 100 and b.DecisionStep(80) == 100 and budget_lib.TimeBudget(
       60, 5000, 5000, 0).DecisionStep(1) == 1 + budget_lib.PROBE_STEPS

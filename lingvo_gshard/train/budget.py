@@ -17,6 +17,7 @@ from typing import Dict, Optional
 BUDGET_FILE = 'budget.json'
 PROBE_STEPS = 100      # steps timed after the first (compiling) one, at most: the longer, the less noise
 MIN_PROBE_STEPS = 5    # fewer timed steps than this would not say much about the step time
+MARGIN = 0.02          # of the budget, kept for checkpoint saves and a machine whose speed drifts
 
 
 class BudgetError(ValueError):
@@ -73,8 +74,8 @@ class TimeBudget:
   def Decide(self, step: int, elapsed: float, seconds_per_step: float, eval_seconds: float,
              recompile_seconds: float) -> Dict:
     """The record of the decision at `step`, `elapsed` seconds into the budget: as many steps as fit in what
-    is left after the recompilation and one dev evaluation per eval_interval (and one at the end)."""
-    left = self.seconds - elapsed - recompile_seconds
+    is left after the recompilation, one dev evaluation per eval_interval (and one at the end) and MARGIN."""
+    left = self.seconds * (1 - MARGIN) - elapsed - recompile_seconds
     steps = 0
     for _ in range(3):  # the number of evaluations depends on the steps, and the other way round
       evals = (math.ceil(steps / self.eval_interval) + 1) if self.eval_interval else 0
