@@ -59,3 +59,21 @@ done
 $T --model=M4TinyDense --logdir=$R/s5_dense_2h   # stopped by SIGTERM at the session's end; the same command resumes it
 # Next: finish s5_dense_2h, score it like s4_moe_2h, then the curves of both:
 # python -m lingvo_gshard.tools.learning_curves --runs=MoE=$R/s4_moe_2h,Dense=$R/s5_dense_2h --plot=docs/curves_2h.png --json=docs/curves_2h.json
+
+# --- session 9 (a slower AMD EPYC VM, reference matmul ~210 GFLOP/s). Data: prepare_data into /tmp/gshard_data.
+# ref1800: the session-8 demo (3+3 layers) for 1,800 steps, then test 50 (code at 29e06a6).
+$T --model=M4TinyMoEDemo --logdir=$R/ref1800 --max_steps=1800
+python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --data_dir=$D --logdir=$R/ref1800 --max_sentences=50 --examples=5
+# Step modes, 100 steps each (/tmp/probes/speed.sh): O="learner.max_train_seconds : 0; learner.max_steps : 100;
+# learner.optimizer.warmup_steps : 20; learner.eval_interval : 0; learner.save_interval : 100"
+$T --model=M4TinyMoEDemo --logdir=$P/graph_bf16 --model_params_override="$O"
+$T --model=M4TinyMoEDemo --logdir=$P/jit_bf16 --jit --model_params_override="$O"
+LINGVO_GSHARD_BF16=0 $T --model=M4TinyMoEDemo --logdir=$P/graph_fp32 --model_params_override="$O; input.train.batch_rows : 32"
+LINGVO_GSHARD_BF16=0 $T --model=M4TinyMoEDemo --logdir=$P/jit_fp32 --jit --model_params_override="$O; input.train.batch_rows : 32"
+# Recipe probes at 450 s each (/tmp/probes/recipe.sh; the demo class at 3+3 layers with max_train_seconds):
+for change in "" "learner.optimizer.learning_rate : 0.05" "input.train.batch_rows : 48" "input.train.batch_rows : 16" \
+              "task.encoder.num_layers : 2; task.decoder.num_layers : 2"; do
+  $T --model=M4TinyMoEDemo --logdir=$P/r_$RANDOM --model_params_override="learner.max_train_seconds : 450; $change"
+done
+# The README's main job with the new demo (2+2 layers, 900 s), on a fresh data directory (code at 9c466f7):
+python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data && python -m lingvo_gshard.tools.trainer --model=M4TinyMoEDemo --data_dir=/tmp/gshard_data --logdir=/tmp/m4tiny_moe_demo && python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/m4tiny_moe_demo --max_sentences=50 --examples=5
