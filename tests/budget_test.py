@@ -19,13 +19,15 @@ import train_step_test
 def test_decide_fits_steps_evaluations_and_the_recompilation():
   b = budget_lib.TimeBudget(900, cap=5000, last_free_step=100, eval_interval=400, min_steps=100)
   record = b.Decide(step=60, elapsed=100.0, seconds_per_step=0.5, eval_seconds=10.0, recompile_seconds=20.0)
-  # 762 s left (900 less the margin, the 100 s spent and the recompilation): n steps and ceil(n/400)+1
-  # evaluations of 10 s must fit; 1,424 steps and 5 evaluations take 762 s exactly.
+  # 762 s left (900 less the margin, the 100 s spent and the recompilation) for n steps of 0.5 s and the
+  # evaluations at steps 400, 800, 1,200 and the last, 10 s each: n = 1,444 fills it exactly.
   left = 900 * (1 - budget_lib.MARGIN) - 100 - 20
   n = record['max_steps'] - 60
-  evals = -(-n // 400) + 1
-  assert n * 0.5 + evals * 10 <= left < (n + 1) * 0.5 + (-(-(n + 1) // 400) + 1) * 10
-  assert n == 1424 and not record['capped'] and record['decided_at_step'] == 60
+  assert b.Evaluations(60, record['max_steps']) == 4
+  assert n * 0.5 + 4 * 10 <= left < (n + 1) * 0.5 + 4 * 10
+  assert n == 1444 and not record['capped'] and record['decided_at_step'] == 60
+  # A run ending on an evaluation step is not evaluated twice there.
+  assert (b.Evaluations(100, 1143), b.Evaluations(100, 1200), b.Evaluations(0, 400)) == (3, 3, 1)
   capped = b.Decide(step=60, elapsed=1.0, seconds_per_step=0.01, eval_seconds=0.0, recompile_seconds=0.0)
   assert capped['max_steps'] == 5000 and capped['capped']
 

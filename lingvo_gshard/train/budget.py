@@ -9,7 +9,6 @@ to `budget.json` in the log directory: a resumed run reuses it, so it trains exa
 uninterrupted one would have (and `--max_steps=N` with no budget reproduces it on any machine).
 """
 import json
-import math
 import os
 import time
 from typing import Dict, Optional
@@ -76,10 +75,9 @@ class TimeBudget:
     """The record of the decision at `step`, `elapsed` seconds into the budget: as many steps as fit in what
     is left after the recompilation, one dev evaluation per eval_interval (and one at the end) and MARGIN."""
     left = self.seconds * (1 - MARGIN) - elapsed - recompile_seconds
-    steps = 0
-    for _ in range(3):  # the number of evaluations depends on the steps, and the other way round
-      evals = (math.ceil(steps / self.eval_interval) + 1) if self.eval_interval else 0
-      steps = max(int((left - evals * eval_seconds) / seconds_per_step), 0)
+    steps = min(max(int(left / seconds_per_step), 0), max(self.cap - step, 0))
+    while steps and steps * seconds_per_step + self.Evaluations(step, step + steps) * eval_seconds > left:
+      steps -= 1
     max_steps = min(step + steps, self.cap)
     if max_steps <= max(step, self.min_steps):
       raise BudgetError(
@@ -90,6 +88,13 @@ class TimeBudget:
             'elapsed_seconds': round(elapsed, 1), 'seconds_per_step': round(seconds_per_step, 4),
             'eval_seconds': round(eval_seconds, 1), 'recompile_seconds': round(recompile_seconds, 1),
             'capped': max_steps == self.cap, 'time': time.strftime('%Y-%m-%dT%H:%M:%S')}
+
+  def Evaluations(self, step: int, max_steps: int) -> int:
+    """Dev evaluations of a run from `step` to `max_steps`: every eval_interval, and at the end."""
+    if not self.eval_interval:
+      return 0
+    every = max_steps // self.eval_interval - step // self.eval_interval
+    return every + (1 if max_steps % self.eval_interval else 0)
 
   def Record(self, logdir: str, record: Dict):
     _Write(logdir, record)

@@ -165,10 +165,10 @@ class Trainer:
                     evaluate: bool) -> bool:
     """Fixes max_steps from the timings so far (and a timed dev evaluation if the run evaluates), records
     it, moves the schedule's end; returns True if the train step must compile again."""
-    began = time.time()
+    started = time.time()
     if evaluate and self.learner_p.eval_interval:
-      self.Evaluate()  # timed only: its compilation is paid here instead of at the first real evaluation
-    eval_seconds = time.time() - began
+      self.Evaluate()  # timed only; its compilation is paid here instead of at the first real evaluation
+    eval_seconds = time.time() - started
     recompile = compile_seconds if self._budget_moves_schedule else 0.0
     record = self.budget.Decide(step, elapsed + eval_seconds, seconds_per_step, eval_seconds, recompile)
     lp = self.learner_p
@@ -345,6 +345,7 @@ class Trainer:
     began = start = window_start
     start_step, input_seconds, saved_step, skipped = step, None, step, 0
     compiling, decide_at = True, None  # compiling: the next step traces the train step (again)
+    timed_from = None  # (step, time) where the budget's step timing starts
     while step < lp.max_steps:
       batch = {k: v.numpy() for k, v in next(data).items()}
       first = input_seconds is None
@@ -365,6 +366,9 @@ class Trainer:
         compile_seconds, compiling = time.time() - step_began, False
         if self.budget is not None and decide_at is None:
           decide_at = self.budget.DecisionStep(step)
+          # The second half of the steps before the decision is timed: the input pipeline's start-up (shuffle
+          # buffers filling beside the first steps) slows the first half.
+          timed_from = ((step + decide_at) // 2, None)
         if first:
           self.log(f'first batch after {input_seconds:.0f}s, first step (compiling it) {compile_seconds:.0f}s; '
                    f'training to step {lp.max_steps}' + (
@@ -391,8 +395,11 @@ class Trainer:
                  + (f'{elapsed / window_steps:.3f} s/step ' if window_steps else '')
                  + f' elapsed {_Clock(now - began)} eta {_Clock(eta)}')
         window_tokens, window_steps, window_start = 0.0, 0, time.time()
+      if timed_from and step == timed_from[0] and step != decide_at:
+        timed_from = (step, time.time())
       if step == decide_at:
-        per_step = (time.time() - start) / (step - start_step)
+        since_step, since = timed_from if timed_from[1] else (start_step, start)
+        per_step = (time.time() - since) / (step - since_step)
         compiling = self._DecideBudget(step, time.time() - budget_start, per_step, compile_seconds, evaluate)
         decide_at, start, start_step = None, time.time(), step
         window_tokens, window_steps, window_start = 0.0, 0, time.time()
