@@ -90,8 +90,9 @@ class M4TinyBase(experiment.Experiment):
     p = super().Learner()
     p.optimizer.Set(learning_rate=self.LEARNING_RATE, warmup_steps=self.WARMUP_STEPS, schedule=self.SCHEDULE,
                     beta1=self.BETA1)
-    p.Set(max_steps=self.MAX_STEPS, max_train_seconds=self.MAX_TRAIN_SECONDS, log_interval=20, eval_interval=self.SAVE_INTERVAL,
-          save_interval=self.SAVE_INTERVAL, keep_checkpoints=5, keep_checkpoint_every_n_hours=0.25)
+    p.Set(max_steps=self.MAX_STEPS, max_train_seconds=self.MAX_TRAIN_SECONDS, log_interval=20,
+          eval_interval=self.SAVE_INTERVAL, save_interval=self.SAVE_INTERVAL, keep_checkpoints=5,
+          keep_checkpoint_every_n_hours=0.25)
     return p
 
   def BatchRows(self) -> int:

@@ -4,9 +4,9 @@ A run of known length learns fastest with a schedule that ends where it does (`o
 how many steps fit in, say, 15 minutes depends on the machine. With `learner.max_train_seconds` the trainer
 times steps inside the learning-rate warm-up (where the schedule does not yet depend on where it ends; the
 later half of them, once the input pipeline has started) and a dev evaluation, then fixes `max_steps` (and
-the schedule's end) so that training, its evaluations and the step's recompilation end within the budget. The decision is written
-to `budget.json` in the log directory: a resumed run reuses it, so it trains exactly the run an
-uninterrupted one would have (and `--max_steps=N` with no budget reproduces it on any machine).
+the schedule's end) so that training, its evaluations and the step's recompilation end within the budget.
+The decision is written to `budget.json` in the log directory: a resumed run reuses it, so it trains exactly
+the run an uninterrupted one would have (and `--max_steps=N` with no budget reproduces it on any machine).
 """
 import json
 import os
@@ -14,7 +14,7 @@ import time
 from typing import Dict, Optional
 
 BUDGET_FILE = 'budget.json'
-PROBE_STEPS = 100      # steps before the decision after the first (compiling) one, at most; the later half is timed
+PROBE_STEPS = 100      # steps run before deciding, after the first (compiling) one; the later half is timed
 MIN_PROBE_STEPS = 5    # fewer timed steps than this would not say much about the step time
 MARGIN = 0.02          # of the budget, kept for checkpoint saves and a machine whose speed drifts
 
