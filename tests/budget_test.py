@@ -11,9 +11,9 @@ from lingvo_gshard.core import optimizers
 from lingvo_gshard.core import sharding
 from lingvo_gshard.train import budget as budget_lib
 from lingvo_gshard.train import trainer as trainer_lib
-from lingvo_gshard.params import m4_tiny
 import input_helpers
 import train_step_test
+import trainer_test
 
 
 def test_decide_fits_steps_evaluations_and_the_recompilation():
@@ -64,17 +64,8 @@ def test_moving_the_schedule_end_retraces_the_step_with_the_new_end():
   assert learner.optimizer.p.total_steps == 10
 
 
-class _Small(m4_tiny.M4TinyBase):
-  """A small MoE on the test corpus with a warm-up long enough to time steps inside it."""
-  MODEL_DIM, NUM_HEADS, HIDDEN_DIM, NUM_LAYERS, NUM_EXPERTS, GROUP_SIZE = 32, 2, 64, 2, 4, 64
-  SOURCE_VOCAB = TARGET_VOCAB = 600
-  BATCH_ROWS, MAX_LENGTH = 4, 48
-
-  def __init__(self, data_dir):
-    self.DATA_DIR = data_dir
-
-  def _Input(self, split, repeat):
-    return input_helpers.InputParams(self.DATA_DIR, split=split, repeat=repeat, batch_rows=self.BATCH_ROWS)
+class _Small(trainer_test._SmallMoE):
+  """The trainer tests' small MoE with a warm-up long enough to time steps inside it."""
 
   def Learner(self):
     p = super().Learner()
