@@ -36,7 +36,7 @@ class Experiment:
     p.Define('max_steps', 1000, 'Number of training steps (with max_train_seconds: the most it may choose).')
     p.Define('max_train_seconds', 0.0, 'A wall-clock budget for training, compilation and evaluations '
              'included (0 = off; building vocabularies is not training): the '
-             'trainer times the first steps inside the warm-up and a dev evaluation, then fixes max_steps (and '
+             'trainer times steps inside the warm-up and a dev evaluation, then fixes max_steps (and '
              "a decaying schedule's end) to fit; budget.json in the log directory records the decision, and a "
              'resumed run keeps it (train/budget.py).')
     p.Define('on_nonfinite', 'stop', "A NaN/Inf loss or gradient: 'stop' (exit naming the step; the last "

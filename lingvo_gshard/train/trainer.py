@@ -345,7 +345,7 @@ class Trainer:
     began = start = window_start
     start_step, input_seconds, saved_step, skipped = step, None, step, 0
     compiling, decide_at = True, None  # compiling: the next step traces the train step (again)
-    timed_from = None  # (step, time) where the budget's step timing starts
+    timed_step, timed_since = None, None  # where the budget's step timing starts, and when it got there
     while step < lp.max_steps:
       batch = {k: v.numpy() for k, v in next(data).items()}
       first = input_seconds is None
@@ -368,7 +368,7 @@ class Trainer:
           decide_at = self.budget.DecisionStep(step)
           # The second half of the steps before the decision is timed: the input pipeline's start-up (shuffle
           # buffers filling beside the first steps) slows the first half.
-          timed_from = ((step + decide_at) // 2, None)
+          timed_step = (step + decide_at) // 2  # DecisionStep leaves >= 5 steps: this is before decide_at
         if first:
           self.log(f'first batch after {input_seconds:.0f}s, first step (compiling it) {compile_seconds:.0f}s; '
                    f'training to step {lp.max_steps}' + (
@@ -395,11 +395,10 @@ class Trainer:
                  + (f'{elapsed / window_steps:.3f} s/step ' if window_steps else '')
                  + f' elapsed {_Clock(now - began)} eta {_Clock(eta)}')
         window_tokens, window_steps, window_start = 0.0, 0, time.time()
-      if timed_from and step == timed_from[0] and step != decide_at:
-        timed_from = (step, time.time())
+      if step == timed_step:
+        timed_since = time.time()
       if step == decide_at:
-        since_step, since = timed_from if timed_from[1] else (start_step, start)
-        per_step = (time.time() - since) / (step - since_step)
+        per_step = (time.time() - timed_since) / (step - timed_step)
         compiling = self._DecideBudget(step, time.time() - budget_start, per_step, compile_seconds, evaluate)
         decide_at, start, start_step = None, time.time(), step
         window_tokens, window_steps, window_start = 0.0, 0, time.time()
