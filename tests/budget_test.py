@@ -2,6 +2,7 @@
 the run a fixed step count would (the decision and its recompilation change nothing but where it ends)."""
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import optimizers
 from lingvo_gshard.core import sharding
 from lingvo_gshard.train import budget as budget_lib
+from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
 import input_helpers
 import train_step_test
@@ -114,3 +116,36 @@ def test_a_budgeted_run_trains_what_a_fixed_step_count_does(data_dir, tmp_path):
   assert 'learner.max_steps : 10\n' in params and 'learner.optimizer.total_steps : 10\n' in params
   with pytest.raises(budget_lib.BudgetError, match='sized for 600 s'):
     _Run(data_dir, tmp_path / 'recorded', 'learner.max_train_seconds : 900')
+
+
+def test_a_machine_slower_than_timed_is_stopped_at_the_budget_end(data_dir, tmp_path):
+  """After the decision every step is made 0.1 s slower (the log, called each step, sleeps: a machine whose
+  speed dropped); the run stops when the budget ends, saves that step and records it, and that step is the
+  run's last: a rerun does not train past it."""
+  lines, slowed = [], []
+
+  def Log(line):
+    lines.append(line)
+    if line.startswith('time budget'):
+      slowed.append(True)
+    elif slowed and line.startswith('step'):
+      time.sleep(0.1)
+
+  overrides = 'learner.max_train_seconds : 40; learner.max_steps : 5000; learner.eval_interval : 100'
+  trainer = trainer_lib.Trainer(_Small(data_dir), sharding.Partitioner('none'), str(tmp_path), overrides=overrides,
+                                log=Log)
+  trainer.Train()
+  record = budget_lib.Read(str(tmp_path))
+  stopped = record['stopped_at_step']
+  assert record['decided_at_step'] == 8 and 8 < stopped < record['max_steps'] < 5000
+  assert budget_lib.FinalStep(record) == stopped and trainer.Step() == stopped
+  assert any(l.startswith(f'step {stopped}: the time budget ends') for l in lines), lines[-5:]
+  saved = checkpoints.ReadJsonl(str(tmp_path / checkpoints.CHECKPOINT_LOG))
+  assert saved[-1]['step'] == stopped and record['stopped_at_seconds'] <= 40
+  # The rerun (the README's command again) keeps the stopped run as it is.
+  again = []
+  rerun = trainer_lib.Trainer(_Small(data_dir), sharding.Partitioner('none'), str(tmp_path), overrides=overrides,
+                              log=again.append)
+  assert rerun.Train() == {}
+  assert checkpoints.ReadJsonl(str(tmp_path / checkpoints.CHECKPOINT_LOG)) == saved  # nothing trained or saved
+  assert any(f'stopped by the time budget at step {stopped}' in l for l in again), again

@@ -282,6 +282,18 @@ def test_the_evaler_scores_every_checkpoint_like_the_training_loop(data_dir, who
   assert evaler.Watch(timeout=0) == 0  # nothing new
 
 
+def test_the_dev_batches_read_once_are_the_ones_every_evaluation_would_read(data_dir):
+  """The trainer and the evaler read the dev batches at their first evaluation and score those at every
+  later one: that equals rebuilding the input each time only because the dev input is deterministic."""
+  dev = _Exp(data_dir).Dev()
+  first, again = dev_eval.DevBatches(dev, 3), dev_eval.DevBatches(dev, 3)
+  assert len(first) == 3 and len(dev_eval.DevBatches(dev, 1)) == 1
+  for a, b in zip(first, again):
+    assert sorted(a) == sorted(b) and (a['src_segment_ids'] > 0).any()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def test_trainer_modes_fail_in_one_line(tmp_path):
   for args, message in [(['--mode=decode'], 'no checkpoint'), (['--mode=eval'], 'no params.txt'),
                         (['--mode=eval', '--max_steps=5'], 'apply to training only'),

@@ -38,7 +38,8 @@ class Experiment:
              'included (0 = off; building vocabularies is not training): the '
              'trainer times steps inside the warm-up and a dev evaluation, then fixes max_steps (and '
              "a decaying schedule's end) to fit; budget.json in the log directory records the decision, and a "
-             'resumed run keeps it (train/budget.py).')
+             'resumed run keeps it; if the machine slows down, the run stops when the budget ends '
+             '(train/budget.py).')
     p.Define('on_nonfinite', 'stop', "A NaN/Inf loss or gradient: 'stop' (exit naming the step; the last "
              "checkpoint stays as it was) or 'skip' (that step's update is not applied; skips are counted).")
     p.Define('seed', 1234, 'Seed of weight initialisation and of every random draw in training.')

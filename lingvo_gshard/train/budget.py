@@ -7,6 +7,9 @@ later half of them, once the input pipeline has started) and a dev evaluation, t
 the schedule's end) so that training, its evaluations and the step's recompilation end within the budget.
 The decision is written to `budget.json` in the log directory: a resumed run reuses it, so it trains exactly
 the run an uninterrupted one would have (and `--max_steps=N` with no budget reproduces it on any machine).
+A machine whose speed drifts after the decision (a shared VM) could still run over: the process that decided
+stops at the budget's end whatever step it has reached, saves it and records the step (`stopped_at_step`),
+which is then the run's last: a rerun does not train past it and the evaler stops there.
 """
 import json
 import os
@@ -36,6 +39,18 @@ def Read(logdir: str) -> Optional[Dict]:
     raise BudgetError(f'{path}: not a budget record ({type(e).__name__}: {e}); remove it to size the run '
                       'again') from None
   return record
+
+
+def FinalStep(record: Dict) -> int:
+  """The last step of a run with this budget record: where the deadline stopped it, else its max_steps."""
+  return int(record.get('stopped_at_step') or record['max_steps'])
+
+
+def RecordStop(logdir: str, step: int, seconds: float):
+  """Adds to the recorded decision that the budget's end stopped the run at `step`, `seconds` into it."""
+  record = Read(logdir)
+  record.update(stopped_at_step=int(step), stopped_at_seconds=round(seconds, 1))
+  _Write(logdir, record)
 
 
 def _Write(logdir: str, record: Dict):

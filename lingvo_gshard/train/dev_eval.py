@@ -10,6 +10,7 @@ import json
 import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from lingvo_gshard.core import experiment as experiment_lib
@@ -22,13 +23,23 @@ from lingvo_gshard.train import checkpoints
 DEV_LOG = 'dev_eval.jsonl'
 
 
-def DevMetrics(learner: learner_lib.Learner, input_params, max_batches: int) -> Optional[Dict[str, float]]:
-  """Token-weighted mean of the eval metrics over the first `max_batches` batches of `input_params`."""
-  totals, tokens = {}, 0.0
-  for i, batch in enumerate(input_params.Instantiate(log=lambda line: None).Dataset()):
-    if i >= max_batches:
+def DevBatches(input_params, max_batches: int) -> List[Dict[str, np.ndarray]]:
+  """The first `max_batches` batches of `input_params` as NumPy arrays. The dev input is deterministic (its
+  shuffles and mixture draws are seeded), so a job reads them once and every evaluation scores the same
+  batches: building the 100-language dev pipeline again cost more than scoring its 20 batches."""
+  batches = []
+  for batch in input_params.Instantiate(log=lambda line: None).Dataset():
+    if len(batches) >= max_batches:
       break
-    batch = {k: v.numpy() for k, v in batch.items()}
+    batches.append({k: v.numpy() for k, v in batch.items()})
+  return batches
+
+
+def DevMetrics(learner: learner_lib.Learner, batches: Sequence[Dict[str, np.ndarray]]
+               ) -> Optional[Dict[str, float]]:
+  """Token-weighted mean of the eval metrics over `batches` (from DevBatches)."""
+  totals, tokens = {}, 0.0
+  for batch in batches:
     m = {k: float(learner.Fetch(v)) for k, v in learner.EvalStep(batch).items()}
     n = m['num_tokens']
     tokens += n
@@ -121,15 +132,22 @@ class DevEvaler:
     self.objects = checkpoints.CheckpointObjects(self.learner.model)
     self.writer = tf.summary.create_file_writer(os.path.join(logdir, 'dev'))
     self.languages = self.dev.Instantiate(log=lambda line: None).languages if per_language_batches else []
+    self._batches: Dict[str, List[Dict[str, np.ndarray]]] = {}  # '' (all languages) or a language: DevBatches
+
+  def _Batches(self, lang: str = '') -> List[Dict[str, np.ndarray]]:
+    if lang not in self._batches:
+      self._batches[lang] = (DevBatches(self.dev.Copy().Set(languages=[lang]), self.per_language_batches)
+                             if lang else DevBatches(self.dev, self.eval_batches))
+    return self._batches[lang]
 
   def EvalCheckpoint(self, path: str) -> Dict[str, float]:
     """Restores `path`, returns {metric: value, 'xent/<lang>': ...} and writes them for step N."""
     checkpoints.CheckCheckpoint(path, self.objects)
     tf.train.Checkpoint(**self.objects).restore(path).expect_partial()
     step = int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
-    out = DevMetrics(self.learner, self.dev, self.eval_batches) or {}
+    out = DevMetrics(self.learner, self._Batches()) or {}
     for lang in self.languages:
-      m = DevMetrics(self.learner, self.dev.Copy().Set(languages=[lang]), self.per_language_batches)
+      m = DevMetrics(self.learner, self._Batches(lang))
       if m:
         out[f'xent/{lang}'] = m['xent']
     with self.writer.as_default():
@@ -163,7 +181,7 @@ class DevEvaler:
         count += 1
       step = checkpoints.Step(path)
       record = budget.Read(self.logdir)  # a time budget fixes the trainer's max_steps after this job started
-      if step >= (record['max_steps'] if record else self.max_steps):
+      if step >= (budget.FinalStep(record) if record else self.max_steps):
         break
       stopped = FirstEarlyStop(ReadDevLog(self.logdir, 'trainer'), self.patience, self.tolerance, self.max_steps)
       if stopped and stopped[0] <= step:

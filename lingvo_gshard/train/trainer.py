@@ -140,6 +140,7 @@ class Trainer:
                     tf.summary.create_noop_writer() for s in ('train', 'dev')}
     self._resumed_seconds = None  # training seconds before this process, read at the first save
     self._dev_rows: Optional[List[Dict]] = None  # in-training dev evaluations, for early stopping
+    self._dev_batches: Optional[List[Dict]] = None  # read at the first evaluation, scored at every one
 
   def _Budget(self) -> Optional[budget_lib.TimeBudget]:
     """The time budget still to be decided (None: no budget, or one decided before, whose max_steps this
@@ -162,15 +163,18 @@ class Trainer:
     return None
 
   def _DecideBudget(self, step: int, elapsed: float, seconds_per_step: float, compile_seconds: float,
-                    evaluate: bool) -> bool:
+                    evaluate: bool) -> Tuple[bool, float]:
     """Fixes max_steps from the timings so far (and a timed dev evaluation if the run evaluates), records
-    it, moves the schedule's end; returns True if the train step must compile again."""
-    started = time.time()
+    it, moves the schedule's end; returns (whether the train step must compile again, an evaluation's
+    seconds)."""
+    started, eval_seconds = time.time(), 0.0
     if evaluate and self.learner_p.eval_interval:
-      self.Evaluate()  # timed only; its compilation is paid here instead of at the first real evaluation
-    eval_seconds = time.time() - started
+      self.Evaluate()  # compiles the eval step and reads the dev batches: paid once a run, here
+      timed = time.time()
+      self.Evaluate()  # what each later evaluation costs
+      eval_seconds = time.time() - timed
     recompile = compile_seconds if self._budget_moves_schedule else 0.0
-    record = self.budget.Decide(step, elapsed + eval_seconds, seconds_per_step, eval_seconds, recompile)
+    record = self.budget.Decide(step, elapsed + time.time() - started, seconds_per_step, eval_seconds, recompile)
     lp = self.learner_p
     lp.max_steps = record['max_steps']
     if self.chief:
@@ -185,7 +189,7 @@ class Trainer:
              f'{lp.max_steps}' + (' (the cap, learner.max_steps)' if record['capped'] else '')
              + f' ({budget_lib.BUDGET_FILE})')
     self.budget = None
-    return self._budget_moves_schedule
+    return self._budget_moves_schedule, eval_seconds
 
   def _CheckMemory(self):
     """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device,
@@ -293,7 +297,11 @@ class Trainer:
     """Mean dev metrics over `eval_batches` batches (token-weighted), or None without a Dev() input."""
     from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     p = self.inputs.get('dev')
-    return None if p is None else dev_eval.DevMetrics(self.learner, p, self.learner_p.eval_batches)
+    if p is None:
+      return None
+    if self._dev_batches is None:
+      self._dev_batches = dev_eval.DevBatches(p, self.learner_p.eval_batches)
+    return dev_eval.DevMetrics(self.learner, self._dev_batches)
 
   def Train(self, evaluate: bool = True) -> Dict[str, float]:
     """Runs to `max_steps` (resuming), with dev evaluations every `eval_interval` steps if `evaluate`;
@@ -312,6 +320,10 @@ class Trainer:
       if saved >= lp.max_steps:
         self.log(f'already at step {saved} >= max_steps {lp.max_steps}')
         return {}
+    record = budget_lib.Read(self.logdir) if 'max_train_seconds' in lp and lp.max_train_seconds else None
+    if record and record.get('stopped_at_step') and saved >= record['stopped_at_step']:
+      self.log(f'stopped by the time budget at step {saved} before ({budget_lib.BUDGET_FILE})')
+      return {}
     stopped = self.EarlyStopped()
     if stopped and stopped[0] <= saved:
       self.log(f'stopped early at step {stopped[0]} before: {stopped[1]}')
@@ -346,6 +358,7 @@ class Trainer:
     start_step, input_seconds, saved_step, skipped = step, None, step, 0
     compiling, decide_at = True, None  # compiling: the next step traces the train step (again)
     timed_step, timed_since = None, None  # where the budget's step timing starts, and when it got there
+    deadline, last_eval = None, 0.0  # set by this process's budget decision: when the budget ends
     while step < lp.max_steps:
       batch = {k: v.numpy() for k, v in next(data).items()}
       first = input_seconds is None
@@ -399,11 +412,24 @@ class Trainer:
         timed_since = time.time()
       if step == decide_at:
         per_step = (time.time() - timed_since) / (step - timed_step)
-        compiling = self._DecideBudget(step, time.time() - budget_start, per_step, compile_seconds, evaluate)
+        seconds = self.budget.seconds
+        compiling, last_eval = self._DecideBudget(step, time.time() - budget_start, per_step, compile_seconds,
+                                                  evaluate)
+        if self.client is None:  # clients of one mesh must stop at the same step: they keep to max_steps
+          deadline = budget_start + seconds
         decide_at, start, start_step = None, time.time(), step
         window_tokens, window_steps, window_start = 0.0, 0, time.time()
       stop = evaluate and lp.eval_interval and step % lp.eval_interval == 0 and self._RunEval(step)
-      if step % lp.save_interval == 0 or step == lp.max_steps or stop:
+      # Out of time when another step like this one and the end-of-run evaluation would no longer fit (the
+      # machine slowed down after the decision).
+      late = (deadline is not None and step < lp.max_steps
+              and 2 * time.time() - step_began + last_eval > deadline)
+      if late and self.chief:
+        budget_lib.RecordStop(self.logdir, step, time.time() - budget_start)
+      if late:
+        self.log(f'step {step}: the time budget ends: stopping {lp.max_steps - step} steps before max_steps '
+                 f'{lp.max_steps} (the machine ran slower than timed)')
+      if step % lp.save_interval == 0 or step == lp.max_steps or stop or late:
         self._Save(step, time.time() - began)
         saved_step = step
       if stop:
@@ -414,6 +440,8 @@ class Trainer:
         if saved_step != step:
           self._Save(step, time.time() - began)
         raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
+      if late:
+        break
     if evaluate and lp.eval_interval and step % lp.eval_interval:
       self._RunEval(step)
       if signals.received:
