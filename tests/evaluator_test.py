@@ -100,10 +100,12 @@ def test_results_are_merged_not_overwritten(data_dir, run, tmp_path):
   assert set(res['languages']) == {'de', 'ru'} and res['languages']['ru']['sentences'] == 5
   stored = json.load(open(os.path.join(ev.ResultDir('tsv-ui'), 'results.json')))
   assert set(stored['languages']) == {'de', 'ru'} and stored['set'] == 'tsv-ui'
-  # Results of another beam are not mixed into these.
-  other = evaluator.Evaluator(_SmallMoE(data_dir), run, beam_size=3, log=lambda line: None)
+  # Results of another beam are not mixed into these, and that is said before anything is decoded.
+  lines = []
+  other = evaluator.Evaluator(_SmallMoE(data_dir), run, beam_size=3, log=lines.append)
   with pytest.raises(ValueError, match=r'holds results of beam 1, alpha 0.6; not merging beam 3'):
     other.Evaluate(test_sets.FromTsvDir(str(tsv), ['de', 'ru']))
+  assert not [l for l in lines if 'decod' in l], lines
 
 
 def test_a_checkpoint_of_another_architecture_is_one_line(data_dir, run, tmp_path):

@@ -172,6 +172,15 @@ class Evaluator:
     'decode_seconds', 'sentences_per_second'}; with `examples`, also 'examples': that many (lang, source,
     reference, hypothesis) rows from different languages."""
     manifest = reader.LoadManifest(self.data_dir)
+    results_path = os.path.join(self.ResultDir(test_set.name), 'results.json')
+    previous = {}  # checked before decoding: a refusal must not cost the decode
+    if os.path.exists(results_path):
+      with open(results_path) as f:
+        previous = json.load(f)
+      settings = (previous.get('beam_size'), previous.get('length_alpha'))
+      if settings != (self.beam_size, self.length_alpha):
+        raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}; not merging '
+                         f'beam {self.beam_size}, alpha {self.length_alpha} into it (move it away first)')
     langs = list(test_set.pairs)
     sources = [s for l in langs for s, _ in test_set.pairs[l]]
     self.log(f'decoding {len(sources)} sentences of {len(langs)} languages ({test_set.name}, beam '
@@ -189,15 +198,6 @@ class Evaluator:
     seconds = time.time() - start
     out_dir = self.ResultDir(test_set.name)
     os.makedirs(out_dir, exist_ok=True)
-    results_path = os.path.join(out_dir, 'results.json')
-    previous = {}
-    if os.path.exists(results_path):
-      with open(results_path) as f:
-        previous = json.load(f)
-      settings = (previous.get('beam_size'), previous.get('length_alpha'))
-      if settings != (self.beam_size, self.length_alpha):
-        raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}; not merging '
-                         f'beam {self.beam_size}, alpha {self.length_alpha} into it (move it away first)')
     languages = dict(previous.get('languages', {}))
     pos, bleu_sig, chrf_sig, example_rows, offsets = 0, '', '', [], {}
     info = manifest['languages']
