@@ -77,3 +77,18 @@ for change in "" "learner.optimizer.learning_rate : 0.05" "input.train.batch_row
 done
 # The README's main job with the new demo (2+2 layers, 900 s), on a fresh data directory (code at 9c466f7):
 python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data && python -m lingvo_gshard.tools.trainer --model=M4TinyMoEDemo --data_dir=/tmp/gshard_data --logdir=/tmp/m4tiny_moe_demo && python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/m4tiny_moe_demo --max_sentences=50 --examples=5
+# --- session 10 (the same slow AMD EPYC VM, reference matmul 187-195 GFLOP/s); data in /tmp/gshard_data.
+# Width/rows probes at 450 s each on the then demo (2+2, M=256, 32 rows) (/tmp/probes10/*.sh):
+M128="task.model_dim : 128; task.hidden_dim : 512; task.encoder.moe_tpl.hidden_dim : 256; task.decoder.moe_tpl.hidden_dim : 256"
+for change in "" "task.model_dim : 192; task.hidden_dim : 768; task.encoder.moe_tpl.hidden_dim : 384; task.decoder.moe_tpl.hidden_dim : 384" \
+              "$M128" "$M128; task.encoder.num_layers : 3; task.decoder.num_layers : 3" "$M128; input.train.batch_rows : 64" \
+              "$M128; input.train.batch_rows : 128"; do
+  $T --model=M4TinyMoEDemo --logdir=$P/w_$RANDOM --model_params_override="learner.max_train_seconds : 450; $change"
+done
+# The README's main job with the new demo (M=128, 64 rows; corpus and vocabularies already built):
+python -m lingvo_gshard.tools.trainer --model=M4TinyMoEDemo --data_dir=/tmp/gshard_data --logdir=/tmp/m4tiny_moe_demo && python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/m4tiny_moe_demo --max_sentences=50 --examples=5
+# Length normalisation on dev 20 (each result directory moved aside before the next alpha):
+for a in 0.6 1.0 1.4; do
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/m4tiny_moe_demo --split=dev --max_sentences=20 --length_alpha=$a
+  mv /tmp/m4tiny_moe_demo/decode_dev /tmp/m4tiny_moe_demo/decode_dev_alpha$a
+done

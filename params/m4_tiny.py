@@ -14,8 +14,8 @@ Two recipes, one class constant block apart (docs/recipe.md has the sweep behind
                                    more step time than they gave back in steps).
 Both use an 8k source / 4k English SentencePiece vocabulary: the softmax was ~23% of the FLOPs at 8k.
 Where the processor has bfloat16 matmuls (AMX / AVX512_BF16 CPUs, GPUs, TPUs; `core/hardware.py`) activations
-train in bfloat16 with 32 rows a step; elsewhere in float32 with 16 rows (1.8x fewer tokens a second on the
-CPU measured). params.txt records the choice; decoding runs float32 either way.
+train in bfloat16 with 32 rows a step (the demo 64); elsewhere in float32 with half the rows (1.8x fewer tokens
+a second on the CPU measured). params.txt records the choice; decoding runs float32 either way.
 """
 from lingvo_gshard.core import experiment
 from lingvo_gshard.core import hardware
