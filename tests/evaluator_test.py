@@ -103,7 +103,7 @@ def test_results_are_merged_not_overwritten(data_dir, run, tmp_path):
   # Results of another beam are not mixed into these, and that is said before anything is decoded.
   lines = []
   other = evaluator.Evaluator(_SmallMoE(data_dir), run, beam_size=3, log=lines.append)
-  with pytest.raises(ValueError, match=r'holds results of beam 1, alpha 0.6; not merging beam 3'):
+  with pytest.raises(ValueError, match=r'holds results of beam 1, alpha 0.6, no-repeat n-gram 0; not merging beam 3'):
     other.Evaluate(test_sets.FromTsvDir(str(tsv), ['de', 'ru']))
   assert not [l for l in lines if 'decod' in l], lines
 
@@ -145,7 +145,8 @@ def test_evaluate_tool_checks_flags_before_decoding(tmp_path):
                         (['--baselines=/tmp/bilingual'], 'has no {lang} placeholder'),
                         (['--baselines=/tmp/{lang}/{split}'], 'only {lang} may be a placeholder'),
                         (['--baselines=/tmp/{lang}', f'--plot={tmp_path}/nodir/x.png'], 'is not writable'),
-                        (['--beam_size=0'], '--beam_size must be >= 1')]:
+                        (['--beam_size=0'], '--beam_size must be >= 1'),
+                        (['--no_repeat_ngram=-2'], '--no_repeat_ngram must be >= 0')]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.evaluate', '--model=M4TinyMoE',
                           f'--logdir={tmp_path}'] + args, capture_output=True, text=True, timeout=120)
     err = [l for l in out.stderr.splitlines() if l.startswith('evaluate:')]

@@ -252,3 +252,46 @@ def test_tiny_moe_overfits():
   for stack in (p.encoder, p.decoder):
     stack.moe_tpl = moe_layer.MoELayer.Params().Set(num_experts=4, group_size=12)
   assert Overfit(p, 500) < 0.05
+
+
+def _RepeatsNgram(tokens, n):
+  grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+  return len(grams) != len(set(grams))
+
+
+@pytest.mark.parametrize('n', [2, 3])
+def test_repeated_ngram_bans_equal_a_python_reference(n):
+  """RepeatedNgramBans at every step of random sequences over 4 tokens (repeats everywhere) bans exactly the
+  tokens that would repeat an n-gram of the tokens before that step."""
+  rng = np.random.RandomState(n)
+  seq = rng.randint(0, 4, size=(5, 9)).astype(np.int32)
+  for step in range(10):
+    got = decoding.RepeatedNgramBans(tf.constant(seq), tf.constant(step), n, 6).numpy()
+    for r in range(5):
+      prefix = list(seq[r, :step])
+      earlier = {tuple(prefix[i:i + n]) for i in range(len(prefix) - n + 1)}
+      want = {v for v in range(6) if step >= n - 1 and tuple(prefix[step - n + 1:] + [v]) in earlier}
+      assert set(np.flatnonzero(got[r])) == want, (step, r, prefix)
+
+
+def test_beam_search_without_repeated_ngrams(model):
+  """With no_repeat_ngram=2 no hypothesis repeats a bigram (the untrained model's do), and each still scores
+  what the model gives it: the bans remove candidates, they do not change the chosen tokens' log-probs."""
+  batch = Unpacked(Examples())
+  src = [tf.constant(batch[k]) for k in ('src_ids', 'src_segment_ids', 'src_positions')]
+  start, t = tf.ones([4], tf.int32), 12
+
+  def Hyps(ids):
+    rows = [list(r) for r in ids.numpy()[:, 0]]
+    return [r[:r.index(EOS)] if EOS in r else r for r in rows]
+
+  free, _ = decoding.BeamSearch(model, *src, start, EOS, t, beam_size=4, length_alpha=0.0)
+  assert any(_RepeatsNgram(h, 2) for h in Hyps(free))
+  ids, scores = decoding.BeamSearch(model, *src, start, EOS, t, beam_size=4, length_alpha=0.0, no_repeat_ngram=2)
+  assert not any(_RepeatsNgram(h, 2) for h in Hyps(ids))
+  hyps = [(e[0], list(r[:list(r).index(EOS) + 1]) if EOS in r else list(r))
+          for e, r in zip(Examples(), ids.numpy()[:, 0])]
+  forced = Unpacked(hyps, length=t, tag=1)
+  logits, _, _ = model.ComputeLogits(forced)
+  lp = tf.gather(tf.nn.log_softmax(logits), forced['tgt_labels'], batch_dims=2).numpy()
+  np.testing.assert_allclose((lp * forced['tgt_weights']).sum(1), scores.numpy()[:, 0], rtol=1e-4, atol=1e-4)

@@ -30,6 +30,8 @@ _LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to evaluate; default:
 _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'First N sentences per language (0 = all).')
 _BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.')
 _ALPHA = flags.DEFINE_float('length_alpha', 0.6, 'GNMT length normalisation exponent.')
+_NO_REPEAT = flags.DEFINE_integer('no_repeat_ngram', 0, 'N > 0: no hypothesis repeats an N-token sequence '
+                                  "(fairseq's --no-repeat-ngram-size); 0 = off.")
 _BATCH_TOKENS = flags.DEFINE_integer('batch_tokens', 2048, 'Source tokens per decoding batch (sentences x '
                                      'bucket length).')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', '', 'Checkpoint prefix to evaluate; default: the latest.')
@@ -52,6 +54,8 @@ def _CheckFlags():
     _Fail(f'--beam_size must be >= 1, got {_BEAM.value}')
   if _ALPHA.value < 0:
     _Fail(f'--length_alpha must be >= 0, got {_ALPHA.value}')
+  if _NO_REPEAT.value < 0:
+    _Fail(f'--no_repeat_ngram must be >= 0 (0 = off), got {_NO_REPEAT.value}')
   if _EXAMPLES.value < 0:
     _Fail(f'--examples must be >= 0, got {_EXAMPLES.value}')
   if _BATCH_TOKENS.value < 64:
@@ -106,7 +110,7 @@ def main(argv):
     results, ev, ts, manifest = decode_job.Decode(
         exp, _LOGDIR.value, _DATA_DIR.value, _SPLIT.value, _TEST_DIR.value, _LANGUAGES.value,
         _MAX_SENTENCES.value, _BEAM.value, _ALPHA.value, _BATCH_TOKENS.value, _CHECKPOINT.value,
-        _EXAMPLES.value, log=log)
+        _EXAMPLES.value, log=log, no_repeat_ngram=_NO_REPEAT.value)
   except _common.UserErrors() as e:
     _Fail(str(e))
   baselines = {}

@@ -71,11 +71,30 @@ def LengthPenalty(length, alpha):
   return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
+def RepeatedNgramBans(seq, step, n, vocab):
+  """[N,V] bool: the tokens that would make the n-gram ending at position `step` of `seq` ([N,T] int32, tokens
+  at positions < step) one that already occurs in it (fairseq's and Hugging Face's no_repeat_ngram_size)."""
+  t = seq.shape[1]
+  starts = t - n + 1
+  if starts <= 0:
+    return tf.zeros([tf.shape(seq)[0], vocab], tf.bool)
+  last = tf.gather(seq, tf.maximum(step - (n - 1), 0) + tf.range(n - 1), axis=1)         # [N,n-1]
+  match = tf.broadcast_to(step >= n - 1, tf.shape(seq[:, :starts]))
+  for j in range(n - 1):
+    match &= tf.equal(seq[:, j:j + starts], last[:, j:j + 1])
+  match &= (tf.range(starts) + n - 1 < step)[None, :]  # the earlier n-gram's last token is already there
+  rows = tf.broadcast_to(tf.range(tf.shape(seq)[0])[:, None], tf.shape(match))
+  index = tf.stack([rows, seq[:, n - 1:]], -1)                                             # [N,starts,2]
+  return tf.scatter_nd(tf.reshape(index, [-1, 2]), tf.reshape(tf.cast(match, tf.int32), [-1]),
+                       [tf.shape(seq)[0], vocab]) > 0
+
+
 def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len, beam_size=4,
-               length_alpha=0.6, early_stop=True, with_steps=False):
+               length_alpha=0.6, early_stop=True, with_steps=False, no_repeat_ngram=0):
   """-> (ids [B,K,T], scores [B,K] length-normalised, best first), and with `with_steps` the number of
   decoder steps run. Hypotheses that never emit eos by
-  max_len compete as finished at length T.
+  max_len compete as finished at length T. With `no_repeat_ngram` = n > 0 no hypothesis contains the same
+  n tokens twice (RepeatedNgramBans): an under-trained model's beam otherwise loops on a word or phrase.
 
   With `early_stop` the loop ends as soon as no alive hypothesis of any row can still enter that row's K
   finished ones (T2T's bound: log-probs only fall and the length penalty grows up to LengthPenalty(T), so an
@@ -108,6 +127,9 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
 
   def Body(step, prev, alive_lp, alive_seq, fin_seq, fin_score, state):
     log_probs, state = model.ExtendStep(prev, step, state, max_len)
+    if no_repeat_ngram:
+      banned = RepeatedNgramBans(tf.reshape(alive_seq, [b * k, max_len]), step, no_repeat_ngram, vocab)
+      log_probs = tf.where(banned, _NEG_INF, log_probs)
     cand = alive_lp[:, :, None] + tf.reshape(log_probs, [b, k, vocab])          # [B,K,V]
     top_lp, top_idx = TopK(tf.reshape(cand, [b, k * vocab]), 2 * k)              # [B,2K]
     beam, token = top_idx // vocab, top_idx % vocab

@@ -14,11 +14,13 @@ from lingvo_gshard.train import test_sets
 def Decode(exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', split: str = 'test',
            test_dir: str = '', languages: Sequence[str] = (), max_sentences: int = 0, beam_size: int = 4,
            length_alpha: float = 0.6, batch_tokens: int = 2048, checkpoint: str = '', examples: int = 0,
-           log: Callable[[str], None] = print) -> Tuple[Dict, evaluator.Evaluator, test_sets.TestSet, Dict]:
+           log: Callable[[str], None] = print, no_repeat_ngram: int = 0
+           ) -> Tuple[Dict, evaluator.Evaluator, test_sets.TestSet, Dict]:
   """Decodes and scores `split` of the corpus (or every <lang>.tsv of `test_dir`) for `checkpoint` (default
   the latest); returns (results, evaluator, test set, manifest). Results are stored under the run's
   decode_<set>/<checkpoint>/ (merged with earlier languages)."""
-  ev = evaluator.Evaluator(exp, logdir, data_dir, beam_size, length_alpha, batch_tokens, checkpoint, log=log)
+  ev = evaluator.Evaluator(exp, logdir, data_dir, beam_size, length_alpha, batch_tokens, checkpoint, log=log,
+                           no_repeat_ngram=no_repeat_ngram)
   manifest = reader.LoadManifest(ev.data_dir)
   if test_dir:
     ts = test_sets.FromTsvDir(test_dir, list(manifest['languages']), max_sentences, list(languages))

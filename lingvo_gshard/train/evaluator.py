@@ -86,7 +86,7 @@ class Evaluator:
 
   def __init__(self, exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', beam_size: int = 4,
                length_alpha: float = 0.6, batch_tokens: int = 2048, checkpoint: str = '',
-               log: Callable[[str], None] = print):
+               log: Callable[[str], None] = print, no_repeat_ngram: int = 0):
     self.exp, self.logdir, self.log = exp, logdir, log
     self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
     if 'train' not in self.params.input:
@@ -97,7 +97,7 @@ class Evaluator:
     self.partitioner = sharding.Partitioner('none')
     self.params.task.fprop_dtype = decoding.DECODE_FPROP_DTYPE
     self.model, self.checkpoint = RestoreModel(self.params, logdir, self.partitioner, checkpoint)
-    self.beam_size, self.length_alpha = beam_size, length_alpha
+    self.beam_size, self.length_alpha, self.no_repeat_ngram = beam_size, length_alpha, no_repeat_ngram
     self.batch_tokens = batch_tokens
     self.max_src_len = inp.max_source_length
     self.max_tgt_len = inp.max_target_length
@@ -108,7 +108,8 @@ class Evaluator:
     def Decode(src_ids, src_segment_ids, src_positions, max_len):
       start_ids = tf.fill([tf.shape(src_ids)[0]], start)
       ids, _ = decoding.BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos, max_len,
-                                   beam_size=beam_size, length_alpha=length_alpha)
+                                   beam_size=beam_size, length_alpha=length_alpha,
+                                   no_repeat_ngram=no_repeat_ngram)
       return ids[:, 0]
 
     self._decode_fn = Decode
@@ -177,10 +178,11 @@ class Evaluator:
     if os.path.exists(results_path):
       with open(results_path) as f:
         previous = json.load(f)
-      settings = (previous.get('beam_size'), previous.get('length_alpha'))
-      if settings != (self.beam_size, self.length_alpha):
-        raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}; not merging '
-                         f'beam {self.beam_size}, alpha {self.length_alpha} into it (move it away first)')
+      settings = (previous.get('beam_size'), previous.get('length_alpha'), previous.get('no_repeat_ngram', 0))
+      if settings != (self.beam_size, self.length_alpha, self.no_repeat_ngram):
+        raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}, no-repeat '
+                         f'n-gram {settings[2]}; not merging beam {self.beam_size}, alpha {self.length_alpha}, '
+                         f'no-repeat n-gram {self.no_repeat_ngram} into it (move it away first)')
     langs = list(test_set.pairs)
     sources = [s for l in langs for s, _ in test_set.pairs[l]]
     self.log(f'decoding {len(sources)} sentences of {len(langs)} languages ({test_set.name}, beam '
@@ -232,7 +234,8 @@ class Evaluator:
                'truncated to it')
     out = {'experiment': type(self.exp).__name__, 'checkpoint': self.checkpoint,
            'step': _CheckpointStep(self.checkpoint), 'set': test_set.name, 'beam_size': self.beam_size,
-           'length_alpha': self.length_alpha, 'bleu_signature': bleu_sig or previous.get('bleu_signature', ''),
+           'length_alpha': self.length_alpha, 'no_repeat_ngram': self.no_repeat_ngram,
+           'bleu_signature': bleu_sig or previous.get('bleu_signature', ''),
            'chrf_signature': chrf_sig or previous.get('chrf_signature', ''), 'languages': languages,
            'averages': Averages(languages, manifest), 'skipped': test_set.skipped,
            'decode_seconds': round(seconds, 2), 'sentences_per_second': round(len(sources) / max(seconds, 1e-9), 2)}
