@@ -2,7 +2,7 @@
 
 Layout of a data directory after a build:
 
-    DATA_DIR/gettext_m4/1.0.0/...   the TFDS dataset (tfds.load('gettext_m4', data_dir=DATA_DIR))
+    DATA_DIR/gettext_m4/1.1.0/...   the TFDS dataset (tfds.load('gettext_m4', data_dir=DATA_DIR))
     DATA_DIR/manifest.json          per-language sizes, offsets and buckets; inputs and checksums; skip
                                     counts; build time. Written last: a data dir without it is not a build.
 
@@ -29,7 +29,7 @@ from lingvo_gshard.data import report as report_lib
 
 MANIFEST = 'manifest.json'
 # Bump when cleaning, splitting or the example format changes, so that old builds are rebuilt.
-PIPELINE_VERSION = 1
+PIPELINE_VERSION = 2  # 2: training pairs in a per-language order (corpus.TrainOrderKey)
 _STAGING_PREFIX = '.gettext_m4.staging-'
 _LOCK = '.gettext_m4.lock'
 

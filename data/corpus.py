@@ -71,6 +71,12 @@ def SplitHash(target):
   return int.from_bytes(digest[:8], 'big') / 2.0**64
 
 
+def TrainOrderKey(tag, source, target):
+  """Where a training pair is stored in its language's train split: a stable hash of the language tag and
+  the pair, so each language has its own order, independent of the order the inputs were read in."""
+  return hashlib.sha256('\0'.join((tag, source, target)).encode('utf-8')).digest()
+
+
 def SplitOf(target, config):
   """The split an English sentence belongs to, before per-language caps."""
   h = SplitHash(target)
@@ -167,9 +173,9 @@ def Assemble(units, config, report):
 
 
 def _SplitLanguage(tag, pairs, origins, config):
-  """Splits one language's pairs. Every split is ordered by English hash, so that the caps keep the same
-  English sentences in every language (a multi-way parallel dev/test set) and the order does not depend on
-  the order the inputs were read in."""
+  """Splits one language's pairs. Dev and test are ordered by English hash, so that the caps keep the same
+  English sentences in every language (a multi-way parallel dev/test set); train by TrainOrderKey. No order
+  depends on the order the inputs were read in."""
   keyed = sorted((SplitHash(tgt), src, tgt) for src, tgt in pairs)
   splits = {name: [] for name in SPLITS}
   dropped = 0
@@ -181,4 +187,9 @@ def _SplitLanguage(tag, pairs, origins, config):
       dropped += 1
       continue
     splits[name].append((src, tgt))
+  # Training pairs in a per-language pseudo-random order instead: the English-hash order is the same in
+  # every language, so the first thousands of each language's stored stream (all a short run's shuffle
+  # buffers reach) would share their English sentences, and a multilingual model would see a few thousand
+  # English targets again and again under 100 sources.
+  splits[TRAIN].sort(key=lambda pair: TrainOrderKey(tag, *pair))
   return Language(tag=tag, splits=splits, origins=list(origins), dropped_over_cap=dropped)

@@ -23,7 +23,7 @@ from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import report as report_lib
 
 NAME = 'gettext_m4'
-DATASET_VERSION = '1.0.0'
+DATASET_VERSION = '1.1.0'
 
 
 class GettextM4(tfds.core.GeneratorBasedBuilder):
@@ -31,7 +31,9 @@ class GettextM4(tfds.core.GeneratorBasedBuilder):
 
   VERSION = tfds.core.Version(DATASET_VERSION)
   RELEASE_NOTES = {
-      DATASET_VERSION: 'Gettext catalogs (and optional TSV/TFDS inputs), English-hash dev/test splits.'}
+      '1.0.0': 'Gettext catalogs (and optional TSV/TFDS inputs), English-hash dev/test splits.',
+      '1.1.0': 'Training pairs stored in a per-language order (the same pairs; 1.0.0 stored them in the '
+               'English-hash order shared by every language).'}
 
   @tfds.core.utils.classproperty
   @classmethod

@@ -48,6 +48,11 @@ def _NewBuilder(data_dir, manifest):
   gettext_m4.Register()
   builder = tfds.builder(gettext_m4.NAME, data_dir=data_dir)
   if not builder.is_prepared():
+    built = manifest.get('version')
+    if built != gettext_m4.DATASET_VERSION:
+      raise report_lib.DataError(
+          f'{data_dir}: built as {gettext_m4.NAME} {built}, this code reads {gettext_m4.DATASET_VERSION}: '
+          f'rebuild it with python -m lingvo_gshard.tools.prepare_data --data_dir={data_dir}')
     raise report_lib.DataError(f'{data_dir}: manifest present but no prepared {gettext_m4.NAME} dataset')
   for name in corpus_lib.SPLITS:
     written = builder.info.splits[name].num_examples if name in builder.info.splits else 0

@@ -190,6 +190,25 @@ def test_data_dir_without_a_finished_build_is_refused(tmp_path):
     reader.LoadSplit(str(tmp_path / 'data'), 'de', 'train')
 
 
+def test_a_build_of_an_older_dataset_version_is_refused_and_rebuilt(tmp_path):
+  root = _Tree(str(tmp_path / 'locale'), {'de': 40})
+  manifest, _ = _Build(tmp_path / 'data', root)
+  # What a data dir built by the previous release looks like to this code: its files under the old version,
+  # its manifest with the old version and pipeline fingerprint.
+  versions = tmp_path / 'data' / 'gettext_m4'
+  os.rename(versions / gettext_m4.DATASET_VERSION, versions / '1.0.0')
+  old = dict(manifest, version='1.0.0', fingerprint='v1')
+  (tmp_path / 'data' / 'manifest.json').write_text(json.dumps(old))
+  with pytest.raises(report.DataError, match=(
+      rf'^{tmp_path}/data: built as gettext_m4 1\.0\.0, this code reads {gettext_m4.DATASET_VERSION}: '
+      rf'rebuild it with python -m lingvo_gshard.tools.prepare_data --data_dir={tmp_path}/data$')):
+    reader.LoadSplit(str(tmp_path / 'data'), 'de', 'train')
+  rebuilt, built = _Build(tmp_path / 'data', root)
+  assert built and rebuilt['version'] == gettext_m4.DATASET_VERSION
+  assert os.listdir(versions) == [gettext_m4.DATASET_VERSION]
+  assert len(reader.Pairs(str(tmp_path / 'data'), 'de', 'train')) == manifest['languages']['de']['train']
+
+
 def test_loading_an_unbuilt_data_dir_through_tfds_names_the_tool(tmp_path):
   gettext_m4.Register()
   with pytest.raises(report.DataError, match=r'gettext_m4: no prepared data in .*prepare_data'):
