@@ -92,3 +92,22 @@ for a in 0.6 1.0 1.4; do
   python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/m4tiny_moe_demo --split=dev --max_sentences=20 --length_alpha=$a
   mv /tmp/m4tiny_moe_demo/decode_dev /tmp/m4tiny_moe_demo/decode_dev_alpha$a
 done
+
+# --- session 11 (the same slow AMD EPYC VM, reference matmul 187 GFLOP/s).
+# Fixed-step probes of the demo (1,520 steps, the cosine schedule ending there), then dev 200 of the 10 largest
+# languages and test 50 of all (/tmp/probes11/probe.sh; DATA is the corpus' data dir):
+probe() {  # probe NAME "override"
+  python -m lingvo_gshard.tools.trainer --model=M4TinyMoEDemo --data_dir=${DATA:-/tmp/gshard_data} --logdir=/tmp/probes11/$1 \
+    --model_params_override="learner.max_train_seconds : 0; learner.max_steps : 1520; $2"
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/probes11/$1 --split=dev \
+    --languages=fr,uk,sv,es,ru,de,zh-CN,it,ja,pl --max_sentences=200
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/probes11/$1 --max_sentences=50
+}
+DATA=/tmp/gshard_data probe lr05 "learner.optimizer.learning_rate : 0.05"       # gettext_m4 1.0.0 (code 0422475)
+python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data_v2         # 1.1.0 (code f3cdc6c)
+DATA=/tmp/gshard_data_v2 probe lr05v2 "learner.optimizer.learning_rate : 0.05"
+# Distinct English targets in the first 706k examples of the training mixture (1,520 steps x ~465 examples):
+python docs/runs_s11/distinct_targets.py /tmp/gshard_data 706000 10
+python docs/runs_s11/distinct_targets.py /tmp/gshard_data_v2 706000
+# The README's first command (install included) on a fresh data dir, code c16c6c3 (peak lr 0.05):
+python -m pip install -q -e . && python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data && python -m lingvo_gshard.tools.trainer --model=M4TinyMoEDemo --data_dir=/tmp/gshard_data --logdir=/tmp/m4tiny_moe_demo && python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/m4tiny_moe_demo --max_sentences=50 --examples=5
