@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from lingvo_gshard.data import gettext_m4
 from lingvo_gshard.data import reader
 from lingvo_gshard.params import bilingual
 from lingvo_gshard.train import baselines
@@ -103,6 +104,7 @@ def test_pairs_train_resume_and_record_their_scores(ran):
     assert record['bleu_signature'].startswith('nrefs:1|case:mixed') and 'learner.max_steps : 4' in record[
         'overrides']
     assert 'learner.max_steps : 4' in open(root / lang / 'params.txt').read()
+    assert record['data_version'] == gettext_m4.DATASET_VERSION
 
 
 def test_a_failing_pair_is_reported_and_the_rest_finish(ran):

@@ -22,6 +22,7 @@ from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import registry
 from lingvo_gshard.core import sharding
 from lingvo_gshard.core import step_runner
+from lingvo_gshard.data import reader
 from lingvo_gshard.params import bilingual
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import decode_job
@@ -160,6 +161,8 @@ class BaselineRunner:
         'bleu_signature': results['bleu_signature'], 'chrf_signature': results['chrf_signature'],
         'beam_size': self.beam_size, 'overrides': overrides, 'commit': self.commit,
         'steps_this_run': trained - before,
+        # The corpus build it trained on: 1.0.0 stored training pairs in an order shared by every language.
+        'data_version': reader.LoadManifest(self.data_dir)['version'],
     }
     WriteJson(self.ResultPath(plan), record)
     return record
