@@ -172,7 +172,8 @@ def _PngSize(path):
 
 
 def _Corpus(runs):
-  corpus = {'languages': {'aa': {'train': 900, 'test': 10, 'bucket': 'high'},
+  corpus = {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11',
+            'languages': {'aa': {'train': 900, 'test': 10, 'bucket': 'high'},
                           'bb': {'train': 500, 'test': 10, 'bucket': 'medium'},
                           'cc': {'train': 100, 'test': 8, 'bucket': 'low'}}}
   baselines.WriteJson(str(runs / 'corpus.json'), corpus)
@@ -186,10 +187,12 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   for lang, bleu, chrf in (('aa', 20.0, 40.0), ('cc', 5.0, 20.0)):  # bb has no baseline
     baselines.WriteJson(str(runs / 'bilingual' / f'{lang}.json'), dict(
         sig, lang=lang, bleu=bleu, chrf=chrf, set='test', max_sentences=0, sentences=10 if lang == 'aa' else 8,
-        steps_trained=300, wall_clock_s=60.0, commit='abc'))
+        steps_trained=300, wall_clock_s=60.0, commit='abc', **({'data_version': '1.1.0'} if lang == 'aa' else {})))
   # Two evaluated checkpoints of the MoE run: the newer one is the report's; a dev-set piece is ignored.
   logdir = tmp_path / 'moe_run'
   logdir.mkdir()
+  baselines.WriteJson(str(logdir / 'data.json'), {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11',
+                                                  'data_dir': '/data'})
   with open(logdir / 'checkpoints.jsonl', 'w') as f:
     for step, secs in ((100, 50.0), (200, 110.0)):
       f.write(json.dumps({'step': step, 'checkpoint': f'ckpt-{step}', 'train_seconds': secs}) + '\n')
@@ -204,6 +207,15 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   part = dict(res, experiment='M4TinyDense', step=200, languages={'aa': {'bleu': 18.0, 'chrf': 30.0,
                                                                           'sentences': 5}})
   delta_bleu.AddRun(str(runs), 'dense', str(logdir), part)
+  # A newer checkpoint of a run trained on another build of the corpus, and one from before data.json:
+  # neither is compared, both are listed.
+  for name, step, data in (('old', 900, {'name': 'gettext_m4', 'version': '1.0.0', 'fingerprint': 'f10'}),
+                           ('older', 800, None)):
+    other = tmp_path / name
+    other.mkdir()
+    if data:
+      baselines.WriteJson(str(other / 'data.json'), data)
+    delta_bleu.AddRun(str(runs), 'moe', str(other), dict(res, step=step, checkpoint=str(other / f'ckpt-{step}')))
 
   out_run = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.m4_report', f'--runs_dir={runs}',
                             f'--out_dir={out}'], capture_output=True, text=True, timeout=300)
@@ -211,6 +223,9 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   results = json.load(open(out / 'results.json'))
   assert list(results['runs']) == ['moe']
   assert results['runs']['moe']['checkpoint_step'] == 200 and results['runs']['moe']['wall_clock_s'] == 110.0
+  assert sorted(r['data'] for r in results['not_compared']) == ['gettext_m4 1.0.0', 'unrecorded']
+  assert results['corpus'] == {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11'}
+  assert results['bilingual']['data_versions'] == {'1.0.0': 1, '1.1.0': 1}  # unrecorded: before 1.1.0
   la = results['languages']
   assert list(la) == ['aa', 'bb', 'cc']  # high to low resource
   assert la['aa']['moe'] == 22.5 and la['aa']['moe_chrf'] == 45.0 and la['aa']['bilingual'] == 20.0
@@ -220,6 +235,8 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   assert results['averages']['all']['with_bilingual'] == 2 and results['averages']['medium']['bilingual'] is None
   md = open(out / 'RESULTS.md').read()
   assert '| bb | medium | 500 | — | 12.00 / 24.0 | — |' in md
+  assert ('Not compared (trained on another corpus build): moe ckpt-800 (M4TinyMoE, unrecorded), moe ckpt-900 '
+          '(M4TinyMoE, gettext_m4 1.0.0).') in md
   assert '| aa | high | 900 | 20.00 / 40.0 | 22.50 / 45.0 | +2.50 |' in md
   assert 'moe beats the bilingual baselines on the low-resource bucket | +2.00 | 1 of 1 | yes |' in md
   assert 'dense beats the bilingual baselines on the low-resource bucket | — | 0 of 1 | not measured yet |' in md

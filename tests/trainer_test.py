@@ -5,6 +5,7 @@ Exact resume (the same losses step for step after an interruption) is tested in 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -97,6 +98,29 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   rows = [json.loads(l) for l in open(os.path.join(logdir, checkpoints.CHECKPOINT_LOG))]
   assert [r['step'] for r in rows] == [3, 6, 8] and [r['checkpoint'] for r in rows] == ['ckpt-3', 'ckpt-6', 'ckpt-8']
   assert 0 < rows[0]['train_seconds'] < rows[1]['train_seconds'] < rows[2]['train_seconds']
+
+
+def test_a_run_records_its_corpus_build_and_refuses_to_resume_on_another(data_dir, trained, tmp_path):
+  logdir = trained[0]
+  manifest = json.load(open(os.path.join(data_dir, 'manifest.json')))
+  data = json.load(open(os.path.join(logdir, checkpoints.DATA_FILE)))
+  assert data == {'name': manifest['name'], 'version': manifest['version'], 'fingerprint': manifest['fingerprint'],
+                  'data_dir': os.path.abspath(data_dir)}
+  # The same run, as if trained on another build (a rebuilt corpus has other vocabularies): refused in one
+  # line before anything in the log directory is rewritten.
+  other = str(tmp_path / 'run')
+  shutil.copytree(logdir, other)
+  with open(os.path.join(other, checkpoints.DATA_FILE), 'w') as f:
+    json.dump(dict(data, version='0.9.0', fingerprint='0ld' * 10), f)
+  params_before = open(os.path.join(other, 'params.txt')).read()
+  with pytest.raises(ValueError, match=r'data.json: this run trained on gettext_m4 0.9.0 \(fingerprint 0ld0ld'):
+    trainer_lib.Trainer(_SmallMoE(data_dir), sharding.Partitioner('none'), other, log=lambda _: None)
+  assert open(os.path.join(other, 'params.txt')).read() == params_before
+  # Without checkpoints the directory holds no weights to mismatch: a fresh run may reuse it.
+  empty = tmp_path / 'fresh'
+  empty.mkdir()
+  shutil.copy(os.path.join(other, checkpoints.DATA_FILE), empty)
+  checkpoints.CheckData(str(empty), data, resuming=False)
 
 
 def test_same_seed_gives_the_same_first_20_losses(data_dir, tmp_path):

@@ -11,9 +11,11 @@ resource, rebuilt from small committed JSON files only.
     delta_bleu.Plot(results, 'delta_bleu.png')
 
 A run's column is its newest checkpoint of the report's set and sample size (the whole test split by
-default). A missing baseline or run score is None in results.json, a dash in the table and no point in the
-plot — never a zero.
+default) among those trained on the corpus build corpus.json names (the trainer's data.json fingerprint);
+records of runs on another build, or from before data.json, are listed as not compared. A missing baseline
+or run score is None in results.json, a dash in the table and no point in the plot — never a zero.
 """
+import collections
 import glob
 import json
 import os
@@ -32,7 +34,7 @@ def WriteCorpus(runs_dir: str, manifest: Dict) -> str:
   """RUNS/corpus.json: {'name', 'fingerprint', 'languages': {code: {'train', 'test', 'bucket'}}}."""
   path = os.path.join(runs_dir, CORPUS_FILE)
   baselines.WriteJson(path, {
-      'name': manifest.get('name'), 'fingerprint': manifest.get('fingerprint'),
+      'name': manifest.get('name'), 'version': manifest.get('version'), 'fingerprint': manifest.get('fingerprint'),
       'languages': {l: {'train': v['train'], 'test': v.get('test'), 'bucket': v.get('bucket')}
                     for l, v in manifest['languages'].items()}})
   return path
@@ -48,7 +50,8 @@ def SampleSize(results: Dict, corpus: Dict) -> int:
 
 def AddRun(runs_dir: str, name: str, logdir: str, results: Dict) -> str:
   """Records one evaluated checkpoint of a multilingual run (an evaluate results.json) as
-  RUNS/multilingual/<name>-<set>-<all|N>-<checkpoint>.json; returns the path."""
+  RUNS/multilingual/<name>-<set>-<all|N>-<checkpoint>.json, with the corpus build it trained on (the run's
+  data.json; {} for a run from before it); returns the path."""
   with open(os.path.join(runs_dir, CORPUS_FILE)) as f:
     corpus = json.load(f)['languages']
   seconds = checkpoints.TrainSeconds(logdir)
@@ -63,6 +66,7 @@ def AddRun(runs_dir: str, name: str, logdir: str, results: Dict) -> str:
       'decode_seconds': results.get('decode_seconds'),
       'bleu_signature': results['bleu_signature'], 'chrf_signature': results['chrf_signature'],
       'commit': baselines.CodeCommit(),
+      'data': {k: v for k, v in checkpoints.ReadData(logdir).items() if k != 'data_dir'},
       'languages': {l: {k: r[k] for k in ('bleu', 'chrf', 'sentences') if k in r}
                     for l, r in results['languages'].items()},
   }
@@ -93,7 +97,8 @@ def Build(runs_dir: str, test_set: str = 'test', max_sentences: int = 0) -> Dict
   if not os.path.exists(path):
     raise FileNotFoundError(f'{path}: missing (m4_report --data_dir=CORPUS writes it from the manifest)')
   with open(path) as f:
-    corpus = json.load(f)['languages']
+    corpus_file = json.load(f)
+  corpus = corpus_file['languages']
   def SameSample(r, lang):  # a whole-split score serves a sample when the split is no larger than it
     if not max_sentences:
       return r.get('max_sentences', 0) == 0
@@ -101,9 +106,15 @@ def Build(runs_dir: str, test_set: str = 'test', max_sentences: int = 0) -> Dict
 
   bilingual = {r['lang']: r for r in _Load(os.path.join(runs_dir, 'bilingual', '*.json'))
                if r.get('set', 'test') == test_set and SameSample(r, r['lang'])}
-  runs = {}
+  runs, other_corpus = {}, []
   for piece in _Load(os.path.join(runs_dir, 'multilingual', '*.json')):
     if piece['set'] != test_set or piece['max_sentences'] != max_sentences:
+      continue
+    data = piece.get('data') or {}
+    if data.get('fingerprint') != corpus_file.get('fingerprint'):
+      other_corpus.append({'name': piece['name'], 'experiment': piece['experiment'],
+                           'checkpoint_step': piece['checkpoint_step'],
+                           'data': f'{data["name"]} {data["version"]}' if data else 'unrecorded'})
       continue
     if piece['name'] not in runs or piece['checkpoint_step'] > runs[piece['name']]['checkpoint_step']:
       runs[piece['name']] = piece
@@ -134,12 +145,18 @@ def Build(runs_dir: str, test_set: str = 'test', max_sentences: int = 0) -> Dict
       'runs': {n: {k: runs[n][k] for k in ('experiment', 'steps', 'wall_clock_s', 'checkpoint_step',
                                            'bleu_signature', 'chrf_signature', 'commit', 'decode_seconds')}
                for n in names},
+      'not_compared': other_corpus,  # trained on another corpus build (or from before data.json)
+      'corpus': {k: corpus_file.get(k) for k in ('name', 'version', 'fingerprint')},
       # Sums over the pairs that have the figure ('with_wall_clock' of 'pairs'): a missing one is not a zero.
       'bilingual': {'pairs': len(bilingual),
                     'wall_clock_s': sum(r['wall_clock_s'] for r in bilingual.values() if r.get('wall_clock_s')),
                     'with_wall_clock': sum(1 for r in bilingual.values() if r.get('wall_clock_s')),
                     'steps': sum(r.get('steps_trained') or 0 for r in bilingual.values()),
-                    'commits': sorted({r.get('commit', '') for r in bilingual.values()})},
+                    'commits': sorted({r.get('commit', '') for r in bilingual.values()}),
+                    # The baselines' test splits are the same in every build since 1.0.0 (1.1.0 reordered
+                    # training pairs only, which a one-language run reads shuffled either way).
+                    'data_versions': dict(sorted(collections.Counter(
+                        r.get('data_version', '1.0.0') for r in bilingual.values()).items()))},
       'signatures': sorted(signatures),
   }
 
@@ -190,6 +207,15 @@ def Markdown(results: Dict, dense: str = 'dense', moe: str = 'moe', larger_moe: 
   lines += [f'| bilingual | Bilingual_<code> ×{b["pairs"]} | {b["steps"]} (sum) | best dev xent each | '
             f'{b["wall_clock_s"] / 3600:.1f} h (sum of {b["with_wall_clock"]}) | '
             f'{", ".join(c[:12] for c in b["commits"]) or "—"} |', '']
+  c = results.get('corpus') or {}
+  lines += [f'Multilingual runs trained on {c.get("name")} {c.get("version")} (fingerprint '
+            f'`{str(c.get("fingerprint"))[:12]}`, the runs\' data.json); bilingual baselines on '
+            + ', '.join(f'{v} ×{n}' for v, n in b.get('data_versions', {}).items()) + '.']
+  if results.get('not_compared'):
+    lines.append('Not compared (trained on another corpus build): ' + ', '.join(
+        f'{r["name"]} ckpt-{r["checkpoint_step"]} ({r["experiment"]}, {r["data"]})'
+        for r in results['not_compared']) + '.')
+  lines.append('')
   lines += ['## Targets (mean per-language difference over the bucket\'s languages that have both scores)', '',
             '| target | measured | languages | met |', '|---|---|---|---|']
   for t in Targets(results, dense, moe, larger_moe):

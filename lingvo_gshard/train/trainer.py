@@ -6,7 +6,9 @@ What a run writes to its log directory (Lingvo/Praxis habits):
   train/, dev/                  TensorBoard summaries (loss, xent, aux loss, learning rate, tokens/s, and
                                 every MoE layer's routing stats);
   ckpt-N.*                      checkpoints (weights, optimizer slots, step); a rerun resumes from the latest;
-  budget.json                   with learner.max_train_seconds: the steps the time budget fits (train/budget.py).
+  budget.json                   with learner.max_train_seconds: the steps the time budget fits (train/budget.py);
+  data.json                     the corpus build trained on (name, version, fingerprint): a resume on another
+                                build is refused, and reports name the corpus their scores come from.
 """
 import json
 import os
@@ -98,7 +100,7 @@ class Trainer:
       raise ValueError(f'{type(experiment).__name__} has no Train() input; it can be analysed, not trained')
     self._CheckMemory()  # builds the layers: bad layer params fail here, before any data or file is touched
     from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
-    reader.LoadManifest(self.inputs['train'].data_dir)  # a missing or empty corpus: DataError, one line
+    manifest = reader.LoadManifest(self.inputs['train'].data_dir)  # a missing or empty corpus: one line
     try:
       os.makedirs(logdir, exist_ok=True)
     except OSError as e:
@@ -128,8 +130,17 @@ class Trainer:
         break
       except checkpoints.Unreadable:
         continue  # Restore reports it and falls back
+    data = checkpoints.DataIdentity(manifest, self.inputs['train'].data_dir)
+    checkpoints.CheckData(logdir, data, resuming=bool(self.candidates))
+    # A run resumed from before data.json existed keeps no record: its first steps' corpus is unknown.
+    record_data = not self.candidates or checkpoints.ReadData(logdir)
     if self.chief:
       self._WriteParams()
+      if record_data:
+        path = os.path.join(logdir, checkpoints.DATA_FILE)
+        with open(path + '.tmp', 'w') as f:
+          json.dump(data, f, indent=1)
+        os.replace(path + '.tmp', path)
       with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
         f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
     lp = self.learner_p
