@@ -111,3 +111,16 @@ python docs/runs_s11/distinct_targets.py /tmp/gshard_data 706000 10
 python docs/runs_s11/distinct_targets.py /tmp/gshard_data_v2 706000
 # The README's first command (install included) on a fresh data dir, code c16c6c3 (peak lr 0.05):
 python -m pip install -q -e . && python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data && python -m lingvo_gshard.tools.trainer --model=M4TinyMoEDemo --data_dir=/tmp/gshard_data --logdir=/tmp/m4tiny_moe_demo && python -m lingvo_gshard.tools.evaluate --model=M4TinyMoEDemo --logdir=/tmp/m4tiny_moe_demo --max_sentences=50 --examples=5
+
+# --- session 12 (the same slow AMD EPYC VM). The 2-hour recipe on gettext_m4 1.1.0, nothing else running
+# (code a501c0f; a 1-2 minute unit-test run beside steps ~450-560), then the whole test split (CI ran beside
+# the decode: its speed is not a figure) and dev 20 of the kept checkpoints for the learning curve:
+python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=/tmp/gshard_data --logdir=/tmp/runs/moe_s12
+python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --logdir=/tmp/runs/moe_s12
+python -m lingvo_gshard.tools.m4_report --add=moe=/tmp/runs/moe_s12@ckpt-8500
+for n in 1500 3000 4500 6000 8500; do
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --logdir=/tmp/runs/moe_s12 --split=dev --max_sentences=20 \
+    --checkpoint=/tmp/runs/moe_s12/ckpt-$n
+done
+python -m lingvo_gshard.tools.learning_curves --runs=MoE=/tmp/runs/moe_s12 --set=dev --average=top10 \
+  --json=docs/runs_s12/curves_moe_s12_dev20.json --plot=docs/runs_s12/curves_moe_s12_dev20.png
