@@ -31,7 +31,7 @@ CORPUS_FILE = 'corpus.json'
 
 
 def WriteCorpus(runs_dir: str, manifest: Dict) -> str:
-  """RUNS/corpus.json: {'name', 'fingerprint', 'languages': {code: {'train', 'test', 'bucket'}}}."""
+  """RUNS/corpus.json: {'name', 'version', 'fingerprint', 'languages': {code: {'train', 'test', 'bucket'}}}."""
   path = os.path.join(runs_dir, CORPUS_FILE)
   baselines.WriteJson(path, {
       'name': manifest.get('name'), 'version': manifest.get('version'), 'fingerprint': manifest.get('fingerprint'),
@@ -114,7 +114,7 @@ def Build(runs_dir: str, test_set: str = 'test', max_sentences: int = 0) -> Dict
     if data.get('fingerprint') != corpus_file.get('fingerprint'):
       other_corpus.append({'name': piece['name'], 'experiment': piece['experiment'],
                            'checkpoint_step': piece['checkpoint_step'],
-                           'data': f'{data["name"]} {data["version"]}' if data else 'unrecorded'})
+                           'data': f'{data.get("name")} {data.get("version")}' if data else 'unrecorded'})
       continue
     if piece['name'] not in runs or piece['checkpoint_step'] > runs[piece['name']]['checkpoint_step']:
       runs[piece['name']] = piece
