@@ -75,16 +75,7 @@ def CodeCommit() -> str:
   return head + ('+dirty' if dirty else '')
 
 
-def WriteJson(path: str, value: Dict):
-  """Writes `value` to `path` atomically: a reader (or a kill) sees the old file or the new one, never half."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=1, sort_keys=True)
-    f.write('\n')
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+WriteJson = checkpoints.WriteJson  # the baselines' records and the report write through it
 
 
 def BestCheckpoint(logdir: str) -> Optional[Dict]:

@@ -44,6 +44,18 @@ def TrainSeconds(logdir: str) -> Dict[str, float]:
   return {r['checkpoint']: r['train_seconds'] for r in ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG))}
 
 
+def WriteJson(path: str, value: Dict):
+  """Writes `value` to `path` atomically: a reader (or a kill) sees the old file or the new one, never half."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'w') as f:
+    json.dump(value, f, indent=1, sort_keys=True)
+    f.write('\n')
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
 def DataIdentity(manifest: Dict, data_dir: str) -> Dict:
   """What DATA_FILE records of a corpus build (its manifest): the fingerprint covers every input and setting."""
   return {'name': manifest.get('name'), 'version': manifest.get('version'),
@@ -62,9 +74,10 @@ def ReadData(logdir: str) -> Dict:
       raise ValueError(f'{path}: not JSON (the corpus build this run trained on is unreadable)') from None
 
 
-def CheckData(logdir: str, identity: Dict, resuming: bool):
+def CheckData(logdir: str, identity: Dict, resuming: bool) -> Dict:
   """Refuses to resume a run on another corpus build than its checkpoints were trained on (its vocabularies
-  and pairs differ: the weights would read other pieces); a fresh run may reuse a log directory."""
+  and pairs differ: the weights would read other pieces); a fresh run may reuse a log directory. Returns the
+  recorded build ({} if none)."""
   old = ReadData(logdir)
   if resuming and old and old.get('fingerprint') != identity['fingerprint']:
     raise ValueError(
@@ -72,6 +85,7 @@ def CheckData(logdir: str, identity: Dict, resuming: bool):
         f'(fingerprint {str(old.get("fingerprint"))[:12]}, {old.get("data_dir")}); {identity["data_dir"]} holds '
         f'{identity["name"]} {identity["version"]} (fingerprint {str(identity["fingerprint"])[:12]}): resume '
         'with that build or train into another --logdir')
+  return old
 
 
 class CheckpointMismatchError(ValueError):

@@ -131,16 +131,12 @@ class Trainer:
       except checkpoints.Unreadable:
         continue  # Restore reports it and falls back
     data = checkpoints.DataIdentity(manifest, self.inputs['train'].data_dir)
-    checkpoints.CheckData(logdir, data, resuming=bool(self.candidates))
-    # A run resumed from before data.json existed keeps no record: its first steps' corpus is unknown.
-    record_data = not self.candidates or checkpoints.ReadData(logdir)
+    recorded = checkpoints.CheckData(logdir, data, resuming=bool(self.candidates))
     if self.chief:
       self._WriteParams()
-      if record_data:
-        path = os.path.join(logdir, checkpoints.DATA_FILE)
-        with open(path + '.tmp', 'w') as f:
-          json.dump(data, f, indent=1)
-        os.replace(path + '.tmp', path)
+      # A run resumed from before data.json existed keeps no record: its first steps' corpus is unknown.
+      if recorded or not self.candidates:
+        checkpoints.WriteJson(os.path.join(logdir, checkpoints.DATA_FILE), data)
       with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
         f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
     lp = self.learner_p
