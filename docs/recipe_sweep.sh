@@ -124,3 +124,10 @@ for n in 1500 3000 4500 6000 8500; do
 done
 python -m lingvo_gshard.tools.learning_curves --runs=MoE=/tmp/runs/moe_s12 --set=dev --average=top10 \
   --json=docs/runs_s12/curves_moe_s12_dev20.json --plot=docs/runs_s12/curves_moe_s12_dev20.png
+
+# --- session 13 (a 2-core Intel Xeon with AMX, the session-7 kind). Decoding against Hugging Face, alone
+# (code fe75573), then the 2-hour experiments' step times (throwaway log dirs, nothing else running):
+python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data
+python -m lingvo_gshard.tools.decode_benchmark --data_dir=/tmp/gshard_data --json=docs/decode_benchmark_xeon_s13.json
+python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=/tmp/gshard_data --logdir=/tmp/probes13/moe_t --max_steps=180
+python -m lingvo_gshard.tools.trainer --model=M4TinyDense --data_dir=/tmp/gshard_data --logdir=/tmp/probes13/dense_t --max_steps=180
