@@ -38,6 +38,7 @@ class M4TinyBase(experiment.Experiment):
   GROUP_SIZE = 256            # tokens routed together; divides both rows x lengths below
   DROPOUT = 0.1               # on the embeddings' output and every residual branch
   INNER_DROPOUT = 0.0         # on attention probabilities and the FFN's ReLU (the largest tensors)
+  EXPERT_DROPOUT = 0.0        # on the MoE experts' ReLU (Switch Transformer's expert dropout; 0: INNER's)
   FPROP_DTYPE = 'auto'        # activation dtype; 'auto': bfloat16 where it is fast (core/hardware.py)
   # Packed rows per step; 0: 32 (~2,300 target tokens) where bfloat16 is fast, else 16. With bfloat16 on an
   # AMX CPU 32 rows gave 1.31x the tokens/s of 16 (64 no more); in float32 a 32-row step would take twice
@@ -83,7 +84,8 @@ class M4TinyBase(experiment.Experiment):
       if self.NUM_EXPERTS:
         stack.moe_tpl = moe_layer.MoELayer.Params().Set(
             num_experts=self.NUM_EXPERTS, hidden_dim=self.HIDDEN_DIM // 2, group_size=self.GROUP_SIZE,
-            capacity_factor=2.0, eval_capacity_factor=2.0, second_expert_policy='random')
+            capacity_factor=2.0, eval_capacity_factor=2.0, second_expert_policy='random',
+            relu_dropout_prob=self.EXPERT_DROPOUT or self.INNER_DROPOUT)
         stack.moe_every = 2
     return p
 

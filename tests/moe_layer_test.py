@@ -227,3 +227,40 @@ def test_explicit_num_groups_routes_a_batch_identically_on_1_and_8_devices(mesh)
   assert np.mean(np.all(y0[real] == 0, axis=-1)) > 0.02
   with pytest.raises(ValueError, match='5 groups of 128 tokens cannot be split over the'):
     _Run(sharding.Partitioner('dtensor', mesh), 8, **dict(kw, num_groups=0))
+
+
+def test_expert_dropout_matches_numpy_with_the_layers_mask_and_is_off_at_evaluation():
+  """relu_dropout_prob on the experts' hidden activations: with one expert, top-1 and capacity S, slot s of
+  group g holds token g·S + s, so the layer equals a NumPy FFN whose hidden units are multiplied by the
+  mask base_layer.Dropout draws for [E, G·C, H] under the layer's seed and name; at evaluation (no seed) the
+  layer is the plain FFN."""
+  from lingvo_gshard.core import base_layer  # pylint: disable=g-import-not-at-top
+  rate, seed = 0.3, tf.constant([3, 7])
+  layer = _Layer(1, gating='top1', capacity_factor=1.0, eval_capacity_factor=1.0,
+                 relu_dropout_prob=rate).Instantiate().InstantiateVariables()
+  x = tf.random.stateless_normal([B, L, M], seed=[2, 8])
+  g, s = layer.GroupShape(B * L)
+  mask = base_layer.Dropout(tf.ones([1, g * s, H]), rate, seed, f'{layer.path}.relu').numpy()[0]
+  assert 0.2 < (mask == 0).mean() < 0.4 and np.allclose(mask[mask > 0], 1 / (1 - rate), rtol=1e-3)
+  wi, wo = layer._vars['wi'][0].numpy(), layer._vars['wo'][0].numpy()
+  hidden = np.maximum(x.numpy().reshape(-1, M) @ wi, 0)
+  want_train = ((hidden * mask) @ wo).reshape(B, L, M)
+  want_eval = (hidden @ wo).reshape(B, L, M)
+  y_train, _, _ = layer.FProp(x, seed=seed)
+  y_eval, _, _ = layer.FProp(x)
+  np.testing.assert_allclose(y_train.numpy(), want_train, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(y_eval.numpy(), want_eval, rtol=1e-5, atol=1e-5)
+  assert np.abs(want_train - want_eval).max() > 0.1
+
+
+def test_expert_dropout_draws_the_same_mask_under_index_and_einsum_dispatch():
+  """Both dispatches fill the same [E, G·C] slots, so one seed drops the same hidden units in both."""
+  x = tf.random.stateless_normal([B, L, M], seed=[6, 1])
+  seed = tf.constant([1, 2])
+  ys = []
+  for dispatch in ('index', 'einsum'):
+    layer = _Layer(8, dispatch=dispatch, relu_dropout_prob=0.4).Instantiate().InstantiateVariables(seed=5)
+    ys.append(layer.FProp(x, seed=seed)[0].numpy())
+    no_dropout = layer.FProp(x)[0].numpy()
+  np.testing.assert_allclose(ys[0], ys[1], rtol=1e-5, atol=1e-6)
+  assert np.abs(ys[1] - no_dropout).max() > 1e-3

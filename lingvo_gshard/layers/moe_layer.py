@@ -41,6 +41,10 @@ class MoELayer(base_layer.BaseLayer):
              "Top-2 only: 'all', 'random' (GShard's random routing) or 'sampling'. Evaluation uses 'all'.")
     p.Define('dispatch', 'index', "'index' (gather by expert and slot) or 'einsum' (the paper's one-hot).")
     p.Define('activation', 'relu', f'One of {sorted(basic.ACTIVATIONS)}.')
+    p.Define('relu_dropout_prob', 0.0,
+             "Dropout on the experts' hidden activations while training (the dense FFN's relu_dropout_prob, "
+             "Praxis's MoE relu_dropout_prob; Switch Transformer's 'expert dropout'). Empty slots are zeros "
+             'either way.')
     p.Define('wi_layout', 'emh',
              "Storage of the first expert matmul: 'emh' ([E,M,H], the paper's) or 'ehm' ([E,H,M], used "
              "transposed): same values; 'ehm' is faster for TF graph steps on CPUs with many experts, 'emh' "
@@ -116,6 +120,8 @@ class MoELayer(base_layer.BaseLayer):
         seed=base_layer.FoldSeed(seed, f'{self.path}.route') if policy != 'all' else None,
         activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard,
         island=step_runner.Island,  # XLA islands where the step runner compiles them (TF-graph steps)
-        wi_layout=p.wi_layout)
+        wi_layout=p.wi_layout,
+        hidden_dropout=(lambda h: base_layer.Dropout(h, p.relu_dropout_prob, seed, f'{self.path}.relu'))
+        if training and p.relu_dropout_prob else None)
     y = sharding.shard(tf.reshape(y, [b, l, m]), ('batch', 'length', 'model'))
     return y, aux, stats
