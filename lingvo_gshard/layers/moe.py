@@ -98,8 +98,8 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
             activation: Callable[[tf.Tensor], tf.Tensor] = tf.nn.relu, min_capacity: int = 4,
             capacity: Optional[int] = None, annotate: Optional[Callable] = None,
             island: Optional[Callable[[Callable], Callable]] = None,
-            wi_layout: str = 'emh',
-            hidden_dropout: Optional[Callable[[tf.Tensor], tf.Tensor]] = None) -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
+            wi_layout: str = 'emh', hidden_dropout: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
+            ) -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
   """Mixture-of-Experts FFN: each token is processed by its gated experts and the outputs are combined.
 
   Args:
@@ -129,12 +129,12 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
       numbers from one run-time seed). In a jit-compiled caller the islands are inlined and change nothing.
       Meant for a traced caller: called eagerly, the islands are traced and compiled again on every call.
     wi_layout: 'emh' (wi is [E,M,H]) or 'ehm' (wi is [E,H,M], wo's layout, used transposed); same values.
-    hidden_dropout: applied to the experts' hidden activations [E, G·C, H] after `activation` (e.g. dropout
-      while training; slot g·C + c of expert e is group g's c-th slot); identity if None.
       Once the experts outgrow the caches, TF's oneDNN batched matmuls stream an [E,H,M] wi faster: expert
       FFN forward + backward at E=128 (64 slots per expert, M=256, H=1024) took 73.7 vs 78.7 ms in a TF
       graph, 63-64 ms either way at E=8. XLA's CPU dots prefer [E,M,H] (81.0 vs 86.9 ms at E=128); TPUs
       pick their own layouts.
+    hidden_dropout: applied to the experts' hidden activations [E, G·C, H] after `activation` (e.g. dropout
+      while training; row g·C + c of expert e is its slot c of group g); identity if None.
 
   Returns:
     (y, aux_loss, stats): y [G,S,M] in x's dtype, zero for tokens whose choices were all dropped; aux_loss
