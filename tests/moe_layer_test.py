@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
+from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import sharding
 from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import basic
@@ -234,7 +235,6 @@ def test_expert_dropout_matches_numpy_with_the_layers_mask_and_is_off_at_evaluat
   group g holds token g·S + s, so the layer equals a NumPy FFN whose hidden units are multiplied by the
   mask base_layer.Dropout draws for [E, G·C, H] under the layer's seed and name; at evaluation (no seed) the
   layer is the plain FFN."""
-  from lingvo_gshard.core import base_layer  # pylint: disable=g-import-not-at-top
   rate, seed = 0.3, tf.constant([3, 7])
   layer = _Layer(1, gating='top1', capacity_factor=1.0, eval_capacity_factor=1.0,
                  relu_dropout_prob=rate).Instantiate().InstantiateVariables()
