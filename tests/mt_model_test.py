@@ -181,6 +181,38 @@ def test_cached_greedy_equals_recompute_greedy(model):
   np.testing.assert_allclose(score_r.numpy(), score.numpy(), rtol=1e-4)
 
 
+def test_cache_lengths_double_from_the_first_up_to_max_len():
+  assert decoding.CacheLengths(64) == [8, 16, 32, 64]
+  assert decoding.CacheLengths(10, 2) == [2, 4, 8, 10]
+  assert decoding.CacheLengths(8) == [8]
+  assert decoding.CacheLengths(5, 8) == [5]
+
+
+@pytest.mark.parametrize('jit', [False, True])
+def test_growing_caches_decode_what_full_length_caches_do(model, jit):
+  """Loops over caches of 2, 4, 8, then 11 positions give the ids and scores of one loop over 11-position
+  caches: beam search (with and without its early stop, whose condition spans the loops) and greedy."""
+  batch = Unpacked(Examples())
+  src = [tf.constant(batch[k]) for k in ('src_ids', 'src_segment_ids', 'src_positions')]
+  start, t = tf.ones([4], tf.int32), 11
+
+  def Run(first):
+    def Fn(*a):
+      beam = decoding.BeamSearch(model, *a, start, EOS, t, beam_size=3, with_steps=True, first_cache_len=first)
+      full = decoding.BeamSearch(model, *a, start, EOS, t, beam_size=3, early_stop=False, first_cache_len=first)
+      return beam, full, decoding.GreedyDecode(model, *a, start, EOS, t, first_cache_len=first)
+    return tf.nest.map_structure(lambda x: x.numpy(),
+                                 (tf.function(Fn, jit_compile=True) if jit else Fn)(*src))
+
+  (ids, scores, steps), (ids_f, scores_f), (g_ids, g_len, g_score) = Run(2)
+  (ids1, scores1, steps1), (ids_f1, scores_f1), (g_ids1, g_len1, g_score1) = Run(t)
+  assert steps == steps1 and steps > 2
+  for got, want in ((ids, ids1), (ids_f, ids_f1), (g_ids, g_ids1), (g_len, g_len1)):
+    np.testing.assert_array_equal(got, want)
+  for got, want in ((scores, scores1), (scores_f, scores_f1), (g_score, g_score1)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def Overfit(p, steps, lr=1e-2):
   model = p.Instantiate().InstantiateVariables()
   batch = Unpacked(Examples())

@@ -4,6 +4,8 @@ Dimensions: B batch, K beam size, T max decode length, V target vocabulary. The 
 target-language tag (`<2en>`-style start id per example); outputs exclude it. Both loops are `tf.while_loop`s
 with static shapes, so they compile once under XLA.
 """
+import functools
+
 import tensorflow as tf
 
 _NEG_INF = -1e9
@@ -26,22 +28,66 @@ def _Lengths(ids, eos_id, max_len):
   return tf.where(tf.reduce_any(is_eos, 1), first, max_len)
 
 
-def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len):
-  """-> (ids [B,T] int32, padded with eos after the first eos; lengths [B] incl. eos; scores [B])."""
-  state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, max_len)
+def CacheLengths(max_len, first_cache_len=8):
+  """Self-attention cache lengths of the successive decode loops: first_cache_len, doubling, then max_len.
+
+  Every step reads, and a beam search also gathers, the whole self-attention cache, however few positions
+  are filled yet. Decoding in loops whose caches grow (steps 0-7 with 8 positions, 8-15 with 16, ...) reads
+  about half as much over a full-length decode as one loop with max_len positions from the first step, and
+  far less when outputs end well before max_len (the evaluator decodes up to training's longest target).
+  Masked positions add exact zeros to the softmax, so the outputs do not depend on the split.
+  """
+  out, n = [], max(1, first_cache_len)
+  while n < max_len:
+    out.append(n)
+    n *= 2
+  return out + [max_len]
+
+
+def _GrowSelfCaches(state, length):
+  """Pads every self-attention cache of `state` with zeros to `length` positions."""
+
+  def Pad(t):
+    pad = [[0, 0]] * len(t.shape)
+    pad[1] = [0, length - t.shape[1]]
+    return tf.pad(t, pad)
+
+  caches = [dict(c, self={n: Pad(t) for n, t in c['self'].items()}) for c in state['caches']]
+  return dict(state, caches=caches)
+
+
+def _SegmentedLoop(cond, make_body, loop_vars, cache_lengths):
+  """Runs `tf.while_loop(cond, make_body(cache_len))` once per cache length, each loop until its caches are
+  full; loop_vars[0] is the step and loop_vars[-1] the decoder state, whose caches grow between loops."""
+  for length in cache_lengths:
+    loop_vars = loop_vars[:-1] + (_GrowSelfCaches(loop_vars[-1], length),)
+    loop_vars = tf.while_loop(lambda step, *rest, n=length: (step < n) & cond(step, *rest),
+                              make_body(length), loop_vars)
+  return loop_vars
+
+
+def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len,
+                 first_cache_len=8):
+  """-> (ids [B,T] int32, padded with eos after the first eos; lengths [B] incl. eos; scores [B]).
+
+  `first_cache_len`: see CacheLengths (>= max_len: one loop over full-length caches)."""
+  lengths = CacheLengths(max_len, first_cache_len)
+  state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, lengths[0])
   b = tf.shape(src_ids)[0]
 
-  def Body(step, ids, prev, done, score, state):
-    log_probs, state = model.ExtendStep(prev, step, state, max_len)
-    nxt = tf.cast(tf.argmax(log_probs, -1), tf.int32)
-    nxt = tf.where(done, eos_id, nxt)
-    score += tf.where(done, 0.0, tf.gather(log_probs, nxt, batch_dims=1))
-    ids = ids + tf.one_hot(step, max_len, dtype=tf.int32)[None, :] * nxt[:, None]
-    return step + 1, ids, nxt, done | tf.equal(nxt, eos_id), score, state
+  def MakeBody(cache_len):
+    def Body(step, ids, prev, done, score, state):
+      log_probs, state = model.ExtendStep(prev, step, state, cache_len)
+      nxt = tf.cast(tf.argmax(log_probs, -1), tf.int32)
+      nxt = tf.where(done, eos_id, nxt)
+      score += tf.where(done, 0.0, tf.gather(log_probs, nxt, batch_dims=1))
+      ids = ids + tf.one_hot(step, max_len, dtype=tf.int32)[None, :] * nxt[:, None]
+      return step + 1, ids, nxt, done | tf.equal(nxt, eos_id), score, state
+    return Body
 
   init = (tf.constant(0), tf.zeros([b, max_len], tf.int32), tf.cast(start_ids, tf.int32),
           tf.zeros([b], tf.bool), tf.zeros([b]), state)
-  _, ids, _, _, score, _ = tf.while_loop(lambda step, *_: step < max_len, Body, init)
+  _, ids, _, _, score, _ = _SegmentedLoop(lambda step, *_: step < max_len, MakeBody, init, lengths)
   return ids, _Lengths(ids, eos_id, max_len), score
 
 
@@ -90,7 +136,7 @@ def RepeatedNgramBans(seq, step, n, vocab):
 
 
 def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len, beam_size=4,
-               length_alpha=0.6, early_stop=True, with_steps=False, no_repeat_ngram=0):
+               length_alpha=0.6, early_stop=True, with_steps=False, no_repeat_ngram=0, first_cache_len=8):
   """-> (ids [B,K,T], scores [B,K] length-normalised, best first), and with `with_steps` the number of
   decoder steps run. Hypotheses that never emit eos by
   max_len compete as finished at length T. With `no_repeat_ngram` = n > 0 no hypothesis contains the same
@@ -99,7 +145,7 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   With `early_stop` the loop ends as soon as no alive hypothesis of any row can still enter that row's K
   finished ones (T2T's bound: log-probs only fall and the length penalty grows up to LengthPenalty(T), so an
   alive beam's best possible finished score is its log-prob / LengthPenalty(T)). The result is the same as
-  running all T steps; only the steps that cannot change it are skipped.
+  running all T steps; only the steps that cannot change it are skipped. `first_cache_len`: see CacheLengths.
   """
   if early_stop and length_alpha < 0:
     raise ValueError(f'length_alpha must be >= 0 with early_stop (got {length_alpha}): the stopping bound '
@@ -109,7 +155,8 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   # The source is encoded once per row (encoding K copies cost ~15% of a beam-4 decode), and its
   # cross-attention keys, values and mask stay one per row: attention reads them for all K beams of the row.
   # Only the self-attention caches, which differ per beam, are K per row.
-  state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, max_len)
+  lengths = CacheLengths(max_len, first_cache_len)
+  state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, lengths[0])
   state['caches'] = [dict(c, self={n: _Tile(t, k) for n, t in c['self'].items()}) for c in state['caches']]
   vocab = model.p.target_vocab_size
   # Only the first beam is alive at the start, so the first step does not pick K copies of one token.
@@ -125,8 +172,8 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
     x = tf.reshape(x, tf.concat([[b, k], shape[1:]], 0))
     return tf.reshape(tf.gather(x, idx, batch_dims=1), shape)
 
-  def Body(step, prev, alive_lp, alive_seq, fin_seq, fin_score, state):
-    log_probs, state = model.ExtendStep(prev, step, state, max_len)
+  def Body(cache_len, step, prev, alive_lp, alive_seq, fin_seq, fin_score, state):
+    log_probs, state = model.ExtendStep(prev, step, state, cache_len)
     if no_repeat_ngram:
       banned = RepeatedNgramBans(tf.reshape(alive_seq, [b * k, max_len]), step, no_repeat_ngram, vocab)
       log_probs = tf.where(banned, _NEG_INF, log_probs)
@@ -166,7 +213,7 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
     return (step < max_len) & tf.reduce_any(best_alive > worst_finished)
 
   init = (tf.constant(0), prev, alive_lp, alive_seq, fin_seq, fin_score, state)
-  out = tf.while_loop(Continue, Body, init)
+  out = _SegmentedLoop(Continue, lambda n: functools.partial(Body, n), init, lengths)
   fin_seq, fin_score = out[4], out[5]
   # Positions after a hypothesis' eos are filled with eos, as in GreedyDecode.
   after_eos = tf.cumsum(tf.cast(tf.equal(fin_seq, eos_id), tf.int32), axis=-1, exclusive=True) > 0

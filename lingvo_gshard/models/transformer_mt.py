@@ -144,7 +144,8 @@ class TransformerMT(base_layer.BaseLayer):
     return {'caches': caches, 'cross_bias': cross_bias}
 
   def ExtendStep(self, ids, step, state, max_len):
-    """ids: [B] tokens at position `step` -> (log-probs [B,V] for position step+1, new state)."""
+    """ids: [B] tokens at position `step` -> (log-probs [B,V] for position step+1, new state); max_len is the
+    self-attention caches' length (decoding.CacheLengths: it grows between decode loops)."""
     ids = ids[:, None]
     positions = tf.fill(tf.shape(ids), step)
     x = self._Embed(self.tgt_emb, ids, positions, None, 'tgt')
