@@ -131,3 +131,10 @@ python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data
 python -m lingvo_gshard.tools.decode_benchmark --data_dir=/tmp/gshard_data --json=docs/decode_benchmark_xeon_s13.json
 python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=/tmp/gshard_data --logdir=/tmp/probes13/moe_t --max_steps=180
 python -m lingvo_gshard.tools.trainer --model=M4TinyDense --data_dir=/tmp/gshard_data --logdir=/tmp/probes13/dense_t --max_steps=180
+
+# --- session 14 (the AMX Xeon of session 13, /tmp kept). The dense 2-hour run (code 1e138ac), alone but for a
+# 4.6-minute unit-test run near step 1,100; the VM slowed ~2x after step ~2,000:
+python -m lingvo_gshard.tools.trainer --model=M4TinyDense --data_dir=/tmp/gshard_data --logdir=/tmp/runs/dense_s14
+# Left for next session (whole split, report, dev 20 of the kept checkpoints, learning curves):
+#   python -m lingvo_gshard.tools.evaluate --model=M4TinyDense --logdir=/tmp/runs/dense_s14
+#   python -m lingvo_gshard.tools.m4_report --add=dense=/tmp/runs/dense_s14@ckpt-8500
