@@ -1,8 +1,8 @@
 """Greedy and beam-search decoding with the incremental cache of `TransformerMT.ExtendStep`.
 
 Dimensions: B batch, K beam size, T max decode length, V target vocabulary. The first decoder input is the
-target-language tag (`<2en>`-style start id per example); outputs exclude it. Both loops are `tf.while_loop`s
-with static shapes, so they compile once under XLA.
+target-language tag (`<2en>`-style start id per example); outputs exclude it. Both run as `tf.while_loop`s
+with static shapes (one per self-attention cache length: CacheLengths), so they compile once under XLA.
 """
 import functools
 
@@ -33,7 +33,7 @@ def CacheLengths(max_len, first_cache_len=8):
 
   Every step reads, and a beam search also gathers, the whole self-attention cache, however few positions
   are filled yet. Decoding in loops whose caches grow (steps 0-7 with 8 positions, 8-15 with 16, ...) reads
-  about half as much over a full-length decode as one loop with max_len positions from the first step, and
+  about two thirds as much over a full-length decode as one loop with max_len positions from the first step, and
   far less when outputs end well before max_len (the evaluator decodes up to training's longest target).
   Masked positions add exact zeros to the softmax, so the outputs do not depend on the split.
   """
