@@ -33,8 +33,8 @@ def CacheLengths(max_len, first_cache_len=8):
 
   Every step reads, and a beam search also gathers, the whole self-attention cache, however few positions
   are filled yet. Decoding in loops whose caches grow (steps 0-7 with 8 positions, 8-15 with 16, ...) reads
-  about two thirds as much over a full-length decode as one loop with max_len positions from the first step, and
-  far less when outputs end well before max_len (the evaluator decodes up to training's longest target).
+  about two thirds as much over a full-length decode as one loop with max_len positions from the first
+  step, and far less when outputs end well before max_len (the evaluator decodes up to training's longest target).
   Masked positions add exact zeros to the softmax, so the outputs do not depend on the split.
   """
   out, n = [], max(1, first_cache_len)
@@ -56,13 +56,13 @@ def _GrowSelfCaches(state, length):
   return dict(state, caches=caches)
 
 
-def _SegmentedLoop(cond, make_body, loop_vars, cache_lengths):
-  """Runs `tf.while_loop(cond, make_body(cache_len))` once per cache length, each loop until its caches are
-  full; loop_vars[0] is the step and loop_vars[-1] the decoder state, whose caches grow between loops."""
+def _SegmentedLoop(cond, body, loop_vars, cache_lengths):
+  """Runs `tf.while_loop(cond, body(cache_len, *loop_vars))` once per cache length, each loop until its caches
+  are full; loop_vars[0] is the step and loop_vars[-1] the decoder state, whose caches grow between loops."""
   for length in cache_lengths:
     loop_vars = loop_vars[:-1] + (_GrowSelfCaches(loop_vars[-1], length),)
     loop_vars = tf.while_loop(lambda step, *rest, n=length: (step < n) & cond(step, *rest),
-                              make_body(length), loop_vars)
+                              functools.partial(body, length), loop_vars)
   return loop_vars
 
 
@@ -75,19 +75,17 @@ def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_
   state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, lengths[0])
   b = tf.shape(src_ids)[0]
 
-  def MakeBody(cache_len):
-    def Body(step, ids, prev, done, score, state):
-      log_probs, state = model.ExtendStep(prev, step, state, cache_len)
-      nxt = tf.cast(tf.argmax(log_probs, -1), tf.int32)
-      nxt = tf.where(done, eos_id, nxt)
-      score += tf.where(done, 0.0, tf.gather(log_probs, nxt, batch_dims=1))
-      ids = ids + tf.one_hot(step, max_len, dtype=tf.int32)[None, :] * nxt[:, None]
-      return step + 1, ids, nxt, done | tf.equal(nxt, eos_id), score, state
-    return Body
+  def Body(cache_len, step, ids, prev, done, score, state):
+    log_probs, state = model.ExtendStep(prev, step, state, cache_len)
+    nxt = tf.cast(tf.argmax(log_probs, -1), tf.int32)
+    nxt = tf.where(done, eos_id, nxt)
+    score += tf.where(done, 0.0, tf.gather(log_probs, nxt, batch_dims=1))
+    ids = ids + tf.one_hot(step, max_len, dtype=tf.int32)[None, :] * nxt[:, None]
+    return step + 1, ids, nxt, done | tf.equal(nxt, eos_id), score, state
 
   init = (tf.constant(0), tf.zeros([b, max_len], tf.int32), tf.cast(start_ids, tf.int32),
           tf.zeros([b], tf.bool), tf.zeros([b]), state)
-  _, ids, _, _, score, _ = _SegmentedLoop(lambda step, *_: step < max_len, MakeBody, init, lengths)
+  _, ids, _, _, score, _ = _SegmentedLoop(lambda step, *_: step < max_len, Body, init, lengths)
   return ids, _Lengths(ids, eos_id, max_len), score
 
 
@@ -213,7 +211,7 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
     return (step < max_len) & tf.reduce_any(best_alive > worst_finished)
 
   init = (tf.constant(0), prev, alive_lp, alive_seq, fin_seq, fin_score, state)
-  out = _SegmentedLoop(Continue, lambda n: functools.partial(Body, n), init, lengths)
+  out = _SegmentedLoop(Continue, Body, init, lengths)
   fin_seq, fin_score = out[4], out[5]
   # Positions after a hypothesis' eos are filled with eos, as in GreedyDecode.
   after_eos = tf.cumsum(tf.cast(tf.equal(fin_seq, eos_id), tf.int32), axis=-1, exclusive=True) > 0
