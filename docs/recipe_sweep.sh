@@ -138,3 +138,18 @@ python -m lingvo_gshard.tools.trainer --model=M4TinyDense --data_dir=/tmp/gshard
 # Left for next session (whole split, report, dev 20 of the kept checkpoints, learning curves):
 #   python -m lingvo_gshard.tools.evaluate --model=M4TinyDense --logdir=/tmp/runs/dense_s14
 #   python -m lingvo_gshard.tools.m4_report --add=dense=/tmp/runs/dense_s14@ckpt-8500
+
+# --- session 15 (the AMX Xeon of sessions 13-14, /tmp kept). Decoding against Hugging Face with growing
+# caches (code bfd15a6), alone, twice; then the dense run's whole test split (alone), report, dev 20 of its
+# kept checkpoints (CI ran beside these: their speeds are not figures):
+python -m lingvo_gshard.tools.decode_benchmark --data_dir=/tmp/gshard_data --json=docs/decode_benchmark_xeon_s15.json
+python -m lingvo_gshard.tools.decode_benchmark --data_dir=/tmp/gshard_data --json=docs/decode_benchmark_xeon_s15_rerun.json
+python -m lingvo_gshard.tools.evaluate --model=M4TinyDense --logdir=/tmp/runs/dense_s14 --data_dir=/tmp/gshard_data
+python -m lingvo_gshard.tools.m4_report --add=dense=/tmp/runs/dense_s14@ckpt-8500
+for n in 2000 3000 4000 5500 6500 7000 7500 8000 8500; do
+  python -m lingvo_gshard.tools.evaluate --model=M4TinyDense --logdir=/tmp/runs/dense_s14 --data_dir=/tmp/gshard_data \
+    --split=dev --max_sentences=20 --checkpoint=/tmp/runs/dense_s14/ckpt-$n
+done
+# The expert-dropout probe: M4TinyMoE with dropout 0.4 on the experts' hidden activations, same 8,500 steps:
+python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=/tmp/gshard_data --logdir=/tmp/runs/moe_xd_s15 \
+  --model_params_override='task.encoder.moe_tpl.relu_dropout_prob : 0.4; task.decoder.moe_tpl.relu_dropout_prob : 0.4'
