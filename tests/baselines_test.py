@@ -16,6 +16,7 @@ from lingvo_gshard.data import gettext_m4
 from lingvo_gshard.data import reader
 from lingvo_gshard.params import bilingual
 from lingvo_gshard.train import baselines
+from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import delta_bleu
 from lingvo_gshard.train import dev_eval
 from lingvo_gshard.train import trainer as trainer_lib
@@ -194,8 +195,9 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   baselines.WriteJson(str(logdir / 'data.json'), {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11',
                                                   'data_dir': '/data'})
   with open(logdir / 'checkpoints.jsonl', 'w') as f:
-    for step, secs in ((100, 50.0), (200, 110.0)):
-      f.write(json.dumps({'step': step, 'checkpoint': f'ckpt-{step}', 'train_seconds': secs}) + '\n')
+    for step, secs, commit in ((100, 50.0, 'c100'), (200, 110.0, 'c200')):
+      f.write(json.dumps({'step': step, 'checkpoint': f'ckpt-{step}', 'train_seconds': secs,
+                          'commit': commit}) + '\n')
   for step, scores in ((100, {'aa': 10.0, 'bb': 8.0, 'cc': 1.0}), (200, {'aa': 22.5, 'bb': 12.0, 'cc': 7.0})):
     res = dict(sig, experiment='M4TinyMoE', checkpoint=str(logdir / f'ckpt-{step}'), step=step, set='test',
                languages={l: {'bleu': b, 'chrf': 2 * b, 'sentences': 8 if l == 'cc' else 10}
@@ -223,6 +225,9 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   results = json.load(open(out / 'results.json'))
   assert list(results['runs']) == ['moe']
   assert results['runs']['moe']['checkpoint_step'] == 200 and results['runs']['moe']['wall_clock_s'] == 110.0
+  # The commit that trained the reported checkpoint, beside the one that evaluated it.
+  assert results['runs']['moe']['train_commit'] == 'c200'
+  assert results['runs']['moe']['commit'] == checkpoints.CodeCommit()
   assert sorted(r['data'] for r in results['not_compared']) == ['gettext_m4 1.0.0', 'unrecorded']
   assert results['corpus'] == {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11'}
   assert results['bilingual']['data_versions'] == {'1.0.0': 1, '1.1.0': 1}  # unrecorded: before 1.1.0
@@ -238,6 +243,7 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   assert ('Not compared (trained on another corpus build): moe ckpt-800 (M4TinyMoE, unrecorded), moe ckpt-900 '
           '(M4TinyMoE, gettext_m4 1.0.0).') in md
   assert '| aa | high | 900 | 20.00 / 40.0 | 22.50 / 45.0 | +2.50 |' in md
+  assert f'| moe | M4TinyMoE | 200 | 200 | 2 min | c200 | {checkpoints.CodeCommit()[:12]} |' in md
   assert 'moe beats the bilingual baselines on the low-resource bucket | +2.00 | 1 of 1 | yes |' in md
   assert 'dense beats the bilingual baselines on the low-resource bucket | — | 0 of 1 | not measured yet |' in md
   assert _PngSize(out / 'delta_bleu.png') == (1200, 480)

@@ -98,6 +98,9 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   rows = [json.loads(l) for l in open(os.path.join(logdir, checkpoints.CHECKPOINT_LOG))]
   assert [r['step'] for r in rows] == [3, 6, 8] and [r['checkpoint'] for r in rows] == ['ckpt-3', 'ckpt-6', 'ckpt-8']
   assert 0 < rows[0]['train_seconds'] < rows[1]['train_seconds'] < rows[2]['train_seconds']
+  # ... and the code that trained it (a resumed run may change code between its stretches).
+  assert [r['commit'] for r in rows] == [checkpoints.CodeCommit()] * 3
+  assert checkpoints.TrainCommits(logdir) == {f'ckpt-{s}': checkpoints.CodeCommit() for s in (3, 6, 8)}
 
 
 def test_a_run_records_its_corpus_build_and_refuses_to_resume_on_another(data_dir, trained, tmp_path):

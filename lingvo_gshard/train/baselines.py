@@ -12,7 +12,6 @@ skipped; a killed pair resumes from its checkpoints; a pair that fails is report
 import dataclasses
 import json
 import os
-import subprocess
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -59,22 +58,6 @@ def Plan(manifest: Dict, languages: Sequence[str] = ()) -> List[PairPlan]:
   return plans
 
 
-def CodeCommit() -> str:
-  """The git commit of the code running (with '+dirty' if tracked files differ from it), or ''; a copy of the
-  tree outside git says its commit in $LINGVO_GSHARD_COMMIT."""
-  if os.environ.get('LINGVO_GSHARD_COMMIT'):
-    return os.environ['LINGVO_GSHARD_COMMIT']
-  here = os.path.dirname(os.path.abspath(__file__))
-  try:
-    head = subprocess.run(['git', '-C', here, 'rev-parse', 'HEAD'], capture_output=True, text=True,
-                          timeout=10, check=True).stdout.strip()
-    dirty = subprocess.run(['git', '-C', here, 'status', '--porcelain', '--untracked-files=no'],
-                           capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-  except (OSError, subprocess.SubprocessError):
-    return ''
-  return head + ('+dirty' if dirty else '')
-
-
 WriteJson = checkpoints.WriteJson  # the baselines' records and the report write through it
 
 
@@ -103,7 +86,7 @@ class BaselineRunner:
     self.root, self.data_dir, self.runs_dir = root, data_dir, runs_dir
     self.max_sentences, self.beam_size, self.extra = max_sentences, beam_size, extra_overrides
     self.make_experiment, self.log = make_experiment, log
-    self.commit = CodeCommit()
+    self.commit = checkpoints.CodeCommit()
 
   def ResultPath(self, plan: PairPlan) -> str:
     return os.path.join(self.runs_dir, f'{plan.lang}.json')

@@ -9,6 +9,7 @@ layout setting.
 import json
 import os
 import re
+import subprocess
 from typing import Callable, Dict, List, Sequence
 
 import tensorflow as tf
@@ -17,6 +18,22 @@ from tensorflow.python.trackable import base as trackable_base  # pylint: disabl
 
 CHECKPOINT_LOG = 'checkpoints.jsonl'
 DATA_FILE = 'data.json'  # the corpus build a run trains on: {'name', 'version', 'fingerprint', 'data_dir'}
+
+
+def CodeCommit() -> str:
+  """The git commit of the code running (with '+dirty' if tracked files differ from it), or ''; a copy of the
+  tree outside git says its commit in $LINGVO_GSHARD_COMMIT."""
+  if os.environ.get('LINGVO_GSHARD_COMMIT'):
+    return os.environ['LINGVO_GSHARD_COMMIT']
+  here = os.path.dirname(os.path.abspath(__file__))
+  try:
+    head = subprocess.run(['git', '-C', here, 'rev-parse', 'HEAD'], capture_output=True, text=True,
+                          timeout=10, check=True).stdout.strip()
+    dirty = subprocess.run(['git', '-C', here, 'status', '--porcelain', '--untracked-files=no'],
+                           capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return ''
+  return head + ('+dirty' if dirty else '')
 
 
 def Step(path: str) -> int:
@@ -40,8 +57,14 @@ def ReadJsonl(path: str) -> List[Dict]:
 
 def TrainSeconds(logdir: str) -> Dict[str, float]:
   """{checkpoint name: training wall-clock seconds up to it} from the run's CHECKPOINT_LOG (the trainer
-  appends {step, checkpoint, train_seconds, time} at every save; seconds add up across resumed runs)."""
+  appends {step, checkpoint, train_seconds, time, commit} at every save; seconds add up across resumed runs)."""
   return {r['checkpoint']: r['train_seconds'] for r in ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG))}
+
+
+def TrainCommits(logdir: str) -> Dict[str, str]:
+  """{checkpoint name: commit of the code that trained up to it} from the run's CHECKPOINT_LOG; a checkpoint
+  saved before the trainer recorded it is absent."""
+  return {r['checkpoint']: r['commit'] for r in ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG)) if 'commit' in r}
 
 
 def WriteJson(path: str, value: Dict):

@@ -23,7 +23,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from lingvo_gshard.train import baselines
 from lingvo_gshard.train import checkpoints
 
 BUCKETS = ('high', 'medium', 'low')
@@ -33,7 +32,7 @@ CORPUS_FILE = 'corpus.json'
 def WriteCorpus(runs_dir: str, manifest: Dict) -> str:
   """RUNS/corpus.json: {'name', 'version', 'fingerprint', 'languages': {code: {'train', 'test', 'bucket'}}}."""
   path = os.path.join(runs_dir, CORPUS_FILE)
-  baselines.WriteJson(path, {
+  checkpoints.WriteJson(path, {
       'name': manifest.get('name'), 'version': manifest.get('version'), 'fingerprint': manifest.get('fingerprint'),
       'languages': {l: {'train': v['train'], 'test': v.get('test'), 'bucket': v.get('bucket')}
                     for l, v in manifest['languages'].items()}})
@@ -65,13 +64,14 @@ def AddRun(runs_dir: str, name: str, logdir: str, results: Dict) -> str:
       'max_sentences': max_sentences, 'beam_size': results.get('beam_size'),
       'decode_seconds': results.get('decode_seconds'),
       'bleu_signature': results['bleu_signature'], 'chrf_signature': results['chrf_signature'],
-      'commit': baselines.CodeCommit(),
+      'commit': checkpoints.CodeCommit(),  # the code that evaluated it
+      'train_commit': checkpoints.TrainCommits(logdir).get(ckpt, ''),  # '' for a run from before the record
       'data': {k: v for k, v in checkpoints.ReadData(logdir).items() if k != 'data_dir'},
       'languages': {l: {k: r[k] for k in ('bleu', 'chrf', 'sentences') if k in r}
                     for l, r in results['languages'].items()},
   }
   path = os.path.join(runs_dir, 'multilingual', f'{name}-{results["set"]}-{max_sentences or "all"}-{ckpt}.json')
-  baselines.WriteJson(path, piece)
+  checkpoints.WriteJson(path, piece)
   return path
 
 
@@ -144,7 +144,7 @@ def Build(runs_dir: str, test_set: str = 'test', max_sentences: int = 0) -> Dict
       'set': test_set, 'max_sentences': max_sentences, 'languages': languages, 'averages': averages,
       'runs': {n: {k: runs[n][k] for k in ('experiment', 'steps', 'wall_clock_s', 'checkpoint_step',
                                            'bleu_signature', 'chrf_signature', 'commit', 'decode_seconds')}
-               for n in names},
+                   | {'train_commit': runs[n].get('train_commit', '')} for n in names},
       'not_compared': other_corpus,  # trained on another corpus build (or from before data.json)
       'corpus': {k: corpus_file.get(k) for k in ('name', 'version', 'fingerprint')},
       # Sums over the pairs that have the figure ('with_wall_clock' of 'pairs'): a missing one is not a zero.
@@ -198,15 +198,16 @@ def Markdown(results: Dict, dense: str = 'dense', moe: str = 'moe', larger_moe: 
   lines = [f'# ΔBLEU against bilingual baselines ({results["set"]} split'
            + (f', first {results["max_sentences"]} sentences' if results['max_sentences'] else ', every sentence')
            + ')', '', '## Runs', '',
-           '| run | experiment | steps | checkpoint | training wall-clock | commit |', '|---|---|---|---|---|---|']
+           '| run | experiment | steps | checkpoint | training wall-clock | trained by | evaluated by |',
+           '|---|---|---|---|---|---|---|']
   for n, r in results['runs'].items():
     clock = '—' if r['wall_clock_s'] is None else f'{r["wall_clock_s"] / 60:.0f} min'
     lines.append(f'| {n} | {r["experiment"]} | {r["steps"]} | {r["checkpoint_step"]} | {clock} | '
-                 f'{(r["commit"] or "—")[:12]} |')
+                 f'{(r.get("train_commit") or "—")[:12]} | {(r["commit"] or "—")[:12]} |')
   b = results['bilingual']
   lines += [f'| bilingual | Bilingual_<code> ×{b["pairs"]} | {b["steps"]} (sum) | best dev xent each | '
             f'{b["wall_clock_s"] / 3600:.1f} h (sum of {b["with_wall_clock"]}) | '
-            f'{", ".join(c[:12] for c in b["commits"]) or "—"} |', '']
+            f'{", ".join(c[:12] for c in b["commits"]) or "—"} | (same) |', '']
   c = results.get('corpus') or {}
   lines += [f'Multilingual runs trained on {c.get("name")} {c.get("version")} (fingerprint '
             f'`{str(c.get("fingerprint"))[:12]}`, the runs\' data.json); bilingual baselines on '

@@ -146,6 +146,7 @@ class Trainer:
     self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) if self.chief else
                     tf.summary.create_noop_writer() for s in ('train', 'dev')}
     self._resumed_seconds = None  # training seconds before this process, read at the first save
+    self._commit = checkpoints.CodeCommit() if self.chief else ''  # recorded with every save
     self._dev_rows: Optional[List[Dict]] = None  # in-training dev evaluations, for early stopping
     self._dev_batches: Optional[List[Dict]] = None  # read at the first evaluation, scored at every one
 
@@ -456,8 +457,9 @@ class Trainer:
     return last
 
   def _Save(self, step, seconds):
-    """Writes ckpt-<step> and appends {step, wall-clock of training so far} to checkpoints.jsonl (the x axis
-    of learning curves against time; seconds add up across resumed runs)."""
+    """Writes ckpt-<step> and appends {step, wall-clock of training so far, code commit} to checkpoints.jsonl
+    (the x axis of learning curves against time, seconds adding up across resumed runs; the commit says what
+    trained each stretch of a resumed run)."""
     path = self.manager.save(checkpoint_number=step)
     if self.input_checkpoint is not None:
       self.input_checkpoint.write(self._InputPath(path))
@@ -474,7 +476,7 @@ class Trainer:
     with open(log_path, 'a') as f:
       f.write(json.dumps({'step': step, 'checkpoint': os.path.basename(path),
                           'train_seconds': round(self._resumed_seconds + seconds, 1),
-                          'time': time.strftime('%Y-%m-%dT%H:%M:%S')}) + '\n')
+                          'time': time.strftime('%Y-%m-%dT%H:%M:%S'), 'commit': self._commit}) + '\n')
 
   def _DevRows(self) -> List[Dict]:
     """The training loop's dev evaluations of this run (earlier processes' from dev_eval.jsonl, then this
