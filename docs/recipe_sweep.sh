@@ -146,10 +146,20 @@ python -m lingvo_gshard.tools.decode_benchmark --data_dir=/tmp/gshard_data --jso
 python -m lingvo_gshard.tools.decode_benchmark --data_dir=/tmp/gshard_data --json=docs/decode_benchmark_xeon_s15_rerun.json
 python -m lingvo_gshard.tools.evaluate --model=M4TinyDense --logdir=/tmp/runs/dense_s14 --data_dir=/tmp/gshard_data
 python -m lingvo_gshard.tools.m4_report --add=dense=/tmp/runs/dense_s14@ckpt-8500
-for n in 2000 3000 4000 5500 6500 7000 7500 8000 8500; do
+for n in 2000 3000 4000 5500 6500 8500 8000; do
   python -m lingvo_gshard.tools.evaluate --model=M4TinyDense --logdir=/tmp/runs/dense_s14 --data_dir=/tmp/gshard_data \
     --split=dev --max_sentences=20 --checkpoint=/tmp/runs/dense_s14/ckpt-$n
 done
 # The expert-dropout probe: M4TinyMoE with dropout 0.4 on the experts' hidden activations, same 8,500 steps:
 python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=/tmp/gshard_data --logdir=/tmp/runs/moe_xd_s15 \
   --model_params_override='task.encoder.moe_tpl.relu_dropout_prob : 0.4; task.decoder.moe_tpl.relu_dropout_prob : 0.4'
+# Learning curves of both 2-hour runs on dev 20: MoE's points rebuilt from what session 12 committed (its
+# checkpoints.jsonl and dev-20 results, laid out as a log directory), the dense run's from /tmp:
+mkdir -p /tmp/moe_s12_docs && cp docs/runs_s12/moe_s12_checkpoints.jsonl /tmp/moe_s12_docs/checkpoints.jsonl
+for f in docs/runs_s12/dev20/ckpt-*.json; do
+  n=$(basename $f .json); mkdir -p /tmp/moe_s12_docs/decode_dev/$n; cp $f /tmp/moe_s12_docs/decode_dev/$n/results.json
+done
+for a in top10 high; do
+  python -m lingvo_gshard.tools.learning_curves --runs=MoE=/tmp/moe_s12_docs,Dense=/tmp/runs/dense_s14 --set=dev \
+    --average=$a --json=docs/runs_s15/curves_dev20_$a.json --plot=docs/runs_s15/curves_dev20_$a.png
+done
