@@ -163,3 +163,4 @@ for a in top10 high; do
   python -m lingvo_gshard.tools.learning_curves --runs=MoE=/tmp/moe_s12_docs,Dense=/tmp/runs/dense_s14 --set=dev \
     --average=$a --json=docs/runs_s15/curves_dev20_$a.json --plot=docs/runs_s15/curves_dev20_$a.png
 done
+# (the probe was stopped by SIGTERM at ckpt-1095 for CI and at the session's end; the same command resumes it)
