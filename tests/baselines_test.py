@@ -219,6 +219,7 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
       baselines.WriteJson(str(other / 'data.json'), data)
     delta_bleu.AddRun(str(runs), 'moe', str(other), dict(res, step=step, checkpoint=str(other / f'ckpt-{step}')))
 
+  (runs / 'commentary.md').write_text('The MoE run wins on aa.\n\n- and on cc.\n')  # the hand-written analysis
   out_run = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.m4_report', f'--runs_dir={runs}',
                             f'--out_dir={out}'], capture_output=True, text=True, timeout=300)
   assert out_run.returncode == 0, out_run.stderr[-2000:]
@@ -246,6 +247,10 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   assert f'| moe | M4TinyMoE | 200 | 200 | 2 min | c200 | {checkpoints.CodeCommit()[:12]} |' in md
   assert 'moe beats the bilingual baselines on the low-resource bucket | +2.00 | 1 of 1 | yes |' in md
   assert 'dense beats the bilingual baselines on the low-resource bucket | — | 0 of 1 | not measured yet |' in md
+  # The commentary follows the targets, under its heading, as written; the tables come after it.
+  assert ('| not measured yet |\n\n## What the figures say\n\nThe MoE run wins on aa.\n\n- and on cc.\n\n'
+          '## Bucket averages') in md
+  assert '## What the figures say' not in delta_bleu.Markdown(results)  # no commentary, no empty heading
   assert _PngSize(out / 'delta_bleu.png') == (1200, 480)
   assert 'moe beats the bilingual baselines on the low-resource bucket: met (+2.00 over 1 of 1' in out_run.stdout
 

@@ -10,7 +10,8 @@ r"""The paper's figure on the embedded corpus: ΔBLEU of multilingual runs again
 --set from LOGDIR/decode_<set>/ into RUNS_DIR/multilingual/ (a small JSON to commit). The report takes, per
 run name, its newest checkpoint scored on the whole --set (or the first --max_sentences of it), the baselines
 from RUNS_DIR/bilingual/ (tools/train_baselines.py), and writes OUT_DIR/results.json, RESULTS.md (tables and
-the targets) and delta_bleu.png. Missing baselines stay missing: a dash, never a zero.
+the targets) and delta_bleu.png. Missing baselines stay missing: a dash, never a zero. A hand-written
+RUNS_DIR/commentary.md, if there is one, goes into RESULTS.md under "What the figures say".
 """
 import json
 import os
@@ -81,7 +82,12 @@ def main(argv):
   os.makedirs(_OUT_DIR.value, exist_ok=True)
   from lingvo_gshard.train import baselines  # pylint: disable=g-import-not-at-top
   baselines.WriteJson(os.path.join(_OUT_DIR.value, 'results.json'), results)
-  text = delta_bleu.Markdown(results, _DENSE.value, _MOE.value, _LARGER.value)
+  commentary = ''
+  commentary_path = os.path.join(_RUNS_DIR.value, 'commentary.md')
+  if os.path.exists(commentary_path):
+    with open(commentary_path) as f:
+      commentary = f.read()
+  text = delta_bleu.Markdown(results, _DENSE.value, _MOE.value, _LARGER.value, commentary)
   tmp = os.path.join(_OUT_DIR.value, 'RESULTS.md.tmp')
   with open(tmp, 'w') as f:
     f.write(text)

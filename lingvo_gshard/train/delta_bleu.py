@@ -192,8 +192,13 @@ def Targets(results: Dict, dense: str, moe: str, larger_moe: str) -> List[Dict]:
   return out
 
 
-def Markdown(results: Dict, dense: str = 'dense', moe: str = 'moe', larger_moe: str = 'moe64') -> str:
-  """RESULTS.md's tables: the runs, the targets, bucket averages, and every language sorted by training size."""
+def Markdown(results: Dict, dense: str = 'dense', moe: str = 'moe', larger_moe: str = 'moe64',
+             commentary: str = '') -> str:
+  """RESULTS.md: the runs, the targets, what the figures say, bucket averages, and every language by size.
+
+  `commentary` is hand-written markdown (the analysis: why a target was missed, what would close it); it goes
+  under its own heading after the targets, because the tables are rebuilt from data and prose is not.
+  """
   names = list(results['runs'])
   lines = [f'# ΔBLEU against bilingual baselines ({results["set"]} split'
            + (f', first {results["max_sentences"]} sentences' if results['max_sentences'] else ', every sentence')
@@ -222,6 +227,8 @@ def Markdown(results: Dict, dense: str = 'dense', moe: str = 'moe', larger_moe: 
   for t in Targets(results, dense, moe, larger_moe):
     met = 'not measured yet' if t['met'] is None else ('yes' if t['met'] else 'no')
     lines.append(f'| {t["target"]} | {_F(t["measured"], sign=True)} | {t["languages"]} of {t["of"]} | {met} |')
+  if commentary.strip():
+    lines += ['', '## What the figures say', '', commentary.strip()]
   cols = ['bilingual'] + names + [f'delta_{n}' for n in names]
   lines += ['', '## Bucket averages (BLEU; ΔBLEU over the languages that have both scores)', '',
             '| bucket | languages | with baseline | ' + ' | '.join(cols) + ' |',
