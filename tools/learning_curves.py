@@ -1,7 +1,10 @@
-r"""Learning curves of training runs: BLEU and chrF of every evaluated checkpoint against steps and wall-clock.
+r"""Learning curves of training runs: BLEU and chrF of every evaluated checkpoint against steps and wall-clock,
+or (--metric=xent) the dev cross-entropy the training loop records, with each run's gap to the first run.
 
   python -m lingvo_gshard.tools.learning_curves --runs=MoE=/tmp/m4tiny_moe,Dense=/tmp/m4tiny_dense \
       --set=dev --average=top10 --plot=docs/curves.png --json=docs/curves.json
+  python -m lingvo_gshard.tools.learning_curves --runs=Dense=/tmp/m4tiny_dense,MoE=/tmp/m4tiny_moe \
+      --metric=xent --plot=docs/dev_xent.png --json=docs/dev_xent.json
 
 Reads each run's checkpoints.jsonl (step, training seconds) and the results of the checkpoints evaluated with
 tools/evaluate.py (--checkpoint=LOGDIR/ckpt-N for the older ones); prints a table, optionally writes the
@@ -20,6 +23,9 @@ _AVERAGE = flags.DEFINE_string('average', 'top10', 'Average of results.json to p
                                'low or all.')
 _PLOT = flags.DEFINE_string('plot', '', 'Write the curves as PNG here.')
 _JSON = flags.DEFINE_string('json', '', 'Write the points as JSON here.')
+_METRIC = flags.DEFINE_enum('metric', 'bleu', ['bleu', 'xent', 'loss'], 'bleu: BLEU and chrF of the evaluated '
+                            'checkpoints (--set, --average); xent or loss: the dev value every run\'s '
+                            'dev_eval.jsonl holds, and its difference from the first run\'s at equal steps.')
 
 
 def main(argv):
@@ -35,7 +41,10 @@ def main(argv):
     if not os.path.isdir(logdir):
       print(f'learning_curves: {logdir}: no such log directory', file=sys.stderr)
       return 1
-    runs[name] = curves.Points(logdir, _SET.value, _AVERAGE.value)
+    runs[name] = (curves.Points(logdir, _SET.value, _AVERAGE.value) if _METRIC.value == 'bleu'
+                  else curves.DevLossPoints(logdir, _METRIC.value))
+  if _METRIC.value != 'bleu':
+    return _DevLoss(runs, _METRIC.value)
   print(f'{"run":<14}{"step":>7}{"minutes":>9}{"BLEU":>7}{"chrF":>7}{"langs":>6}{"sentences":>10}')
   for name, points in runs.items():
     if not points:
@@ -49,6 +58,35 @@ def main(argv):
     print(f'wrote {_JSON.value}')
   if _PLOT.value:
     curves.Plot(runs, _PLOT.value, f'{_AVERAGE.value} average on {_SET.value}')
+    print(f'wrote {_PLOT.value}')
+  return 0
+
+
+def _DevLoss(runs, metric):
+  """The --metric=xent|loss report: a table by step, one column per run and its gap to the first run."""
+  from lingvo_gshard.train import curves  # pylint: disable=g-import-not-at-top
+  names = list(runs)
+  for name, points in runs.items():
+    if not points:
+      print(f'learning_curves: {name}: no dev_eval.jsonl rows with {metric}', file=sys.stderr)
+      return 1
+  values = {n: {p['step']: p[metric] for p in points} for n, points in runs.items()}
+  steps = sorted(set().union(*values.values()))
+  print(f'{"step":>7}' + ''.join(f'{n:>12}' for n in names) + ''.join(f'{n + "-" + names[0]:>16}'
+                                                                     for n in names[1:]))
+  for step in steps:
+    cells = [f'{values[n][step]:>12.4f}' if step in values[n] else f'{"—":>12}' for n in names]
+    gaps = [f'{values[n][step] - values[names[0]][step]:>+16.4f}' if step in values[n] and step in values[names[0]]
+            else f'{"—":>16}' for n in names[1:]]
+    print(f'{step:>7}' + ''.join(cells) + ''.join(gaps))
+  if _JSON.value:
+    with open(_JSON.value, 'w') as f:
+      json.dump({'metric': metric, 'runs': runs,
+                 'differences': {n: curves.Differences(runs[n], runs[names[0]], metric) for n in names[1:]}},
+                f, indent=1)
+    print(f'wrote {_JSON.value}')
+  if _PLOT.value:
+    curves.PlotDevLoss(runs, _PLOT.value, metric)
     print(f'wrote {_PLOT.value}')
   return 0
 
