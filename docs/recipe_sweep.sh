@@ -164,3 +164,26 @@ for a in top10 high; do
     --average=$a --json=docs/runs_s15/curves_dev20_$a.json --plot=docs/runs_s15/curves_dev20_$a.png
 done
 # (the probe was stopped by SIGTERM at ckpt-1095 for CI and at the session's end; the same command resumes it)
+
+# --- session 16 (the same AMX Xeon, /tmp kept; the VM lost 30-45 % of its CPU to steal, 0.9-1.9 s a step).
+# The probe resumed, alone (SIGTERM-saved for each CI run; resumes exactly):
+python -m lingvo_gshard.tools.trainer --model=M4TinyMoE --data_dir=/tmp/gshard_data --logdir=/tmp/runs/moe_xd_s15 \
+  --model_params_override='task.encoder.moe_tpl.relu_dropout_prob : 0.4; task.decoder.moe_tpl.relu_dropout_prob : 0.4'
+# RESULTS.md's hand-written analysis (docs/m4_tiny/runs/commentary.md) goes in with the rebuilt tables:
+python -m lingvo_gshard.tools.m4_report
+# Dev cross-entropy of the three 8,500-step runs and each one's gap to dense at equal steps. Session 12's MoE
+# run left only docs/runs_s12/moe_s12_dev_xent.json; laid out as a log directory's dev_eval.jsonl:
+mkdir -p /tmp/moe_s12_docs && cp docs/runs_s12/moe_s12_checkpoints.jsonl /tmp/moe_s12_docs/checkpoints.jsonl
+python -c "
+import json
+with open('/tmp/moe_s12_docs/dev_eval.jsonl', 'w') as f:
+  for r in json.load(open('docs/runs_s12/moe_s12_dev_xent.json')):
+    f.write(json.dumps({'step': r['step'], 'checkpoint': 'ckpt-%d' % r['step'], 'job': 'trainer',
+                        'loss': r['dev_loss'], 'xent': r['dev_xent']}) + '\n')"
+for r in dense_s14:runs_s14 moe_xd_s15:runs_s16; do  # the other two from their committed copies
+  mkdir -p /tmp/${r%%:*}_docs && cp docs/${r##*:}/${r%%:*}_dev_eval.jsonl /tmp/${r%%:*}_docs/dev_eval.jsonl
+  cp docs/${r##*:}/${r%%:*}_checkpoints.jsonl /tmp/${r%%:*}_docs/checkpoints.jsonl
+done
+python -m lingvo_gshard.tools.learning_curves --metric=xent \
+  --runs=Dense=/tmp/dense_s14_docs,MoE=/tmp/moe_s12_docs,MoE_xd0.4=/tmp/moe_xd_s15_docs \
+  --plot=docs/m4_tiny/dev_xent.png --json=docs/m4_tiny/dev_xent.json
