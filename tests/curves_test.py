@@ -68,6 +68,16 @@ def test_dev_loss_points_and_their_gap_to_a_reference_run(tmp_path):
   assert out.returncode == 0, out.stderr[-2000:]
   assert '    800      3.0000      3.1250         +0.1250' in out.stdout
   assert '   1600           —      2.5000               —' in out.stdout
+  # A run name longer than the 12-character column widens its columns; the table stays aligned.
+  long = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.learning_curves', '--metric=xent',
+                         f'--runs=Dense={tmp_path / "d"},MoE_expert_dropout_0.4={tmp_path / "m"}'],
+                        capture_output=True, text=True, timeout=120)
+  assert long.returncode == 0, long.stderr[-2000:]
+  table = long.stdout.splitlines()
+  assert table[0].split() == ['step', 'Dense', 'MoE_expert_dropout_0.4', 'MoE_expert_dropout_0.4-Dense']
+  assert table[2].split() == ['800', '3.0000', '3.1250', '+0.1250']
+  assert len({len(line) for line in table}) == 1, table
+  assert table[0].index('Dense') + 5 == table[2].index('3.0000') + 6
   assert open(png, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
   data = json.load(open(js))
   assert data['differences']['MoE'] == [{'step': 400, 'diff': -0.25}, {'step': 800, 'diff': 0.125}]

@@ -72,12 +72,15 @@ def _DevLoss(runs, metric):
       return 1
   values = {n: {p['step']: p[metric] for p in points} for n, points in runs.items()}
   steps = sorted(set().union(*values.values()))
-  print(f'{"step":>7}' + ''.join(f'{n:>12}' for n in names) + ''.join(f'{n + "-" + names[0]:>16}'
-                                                                     for n in names[1:]))
+  # Columns as wide as their headers, so long run names keep the table aligned.
+  width = {n: max(12, len(n) + 1) for n in names}
+  gap_width = {n: max(16, len(n) + len(names[0]) + 2) for n in names[1:]}
+  print(f'{"step":>7}' + ''.join(f'{n:>{width[n]}}' for n in names)
+        + ''.join(f'{n + "-" + names[0]:>{gap_width[n]}}' for n in names[1:]))
   for step in steps:
-    cells = [f'{values[n][step]:>12.4f}' if step in values[n] else f'{"—":>12}' for n in names]
-    gaps = [f'{values[n][step] - values[names[0]][step]:>+16.4f}' if step in values[n] and step in values[names[0]]
-            else f'{"—":>16}' for n in names[1:]]
+    cells = [f'{values[n][step]:>{width[n]}.4f}' if step in values[n] else f'{"—":>{width[n]}}' for n in names]
+    gaps = [f'{values[n][step] - values[names[0]][step]:>+{gap_width[n]}.4f}'
+            if step in values[n] and step in values[names[0]] else f'{"—":>{gap_width[n]}}' for n in names[1:]]
     print(f'{step:>7}' + ''.join(cells) + ''.join(gaps))
   if _JSON.value:
     with open(_JSON.value, 'w') as f:
