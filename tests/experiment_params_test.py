@@ -13,6 +13,11 @@ def test_tree_has_every_section_and_data_dir_override():
   assert root.learner.max_steps == m4_tiny.M4TinyMoE().Learner().max_steps
   assert [s for s in experiment.SPLITS if s in root.input] == ['train', 'dev', 'test']
   assert all(root.input.Get(s).data_dir == '/data/x' for s in experiment.SPLITS)
+  # Expert dropout on the 2-hour MoE recipes only: the dense FFNs keep none, the 15-minute demo no dropout.
+  assert [root.task.Get(f'{s}.moe_tpl.relu_dropout_prob') for s in ('encoder', 'decoder')] == [0.4, 0.4]
+  assert root.task.encoder.layer_tpl.ffn_tpl.relu_dropout_prob == 0.0
+  assert m4_tiny.M4TinyMoE64().Task().decoder.moe_tpl.relu_dropout_prob == 0.4
+  assert m4_tiny.M4TinyMoEDemo().Task().encoder.moe_tpl.relu_dropout_prob == 0.0
 
 
 def test_both_override_syntaxes_reach_every_section():
