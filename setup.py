@@ -57,6 +57,7 @@ setuptools.setup(
             'gshard_list_models = lingvo_gshard.tools.list_models:run',
             'gshard_train_baselines = lingvo_gshard.tools.train_baselines:run',
             'gshard_m4_report = lingvo_gshard.tools.m4_report:run',
+            'gshard_compare_runs = lingvo_gshard.tools.compare_runs:run',
         ],
     },
     extras_require={

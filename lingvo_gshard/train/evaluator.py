@@ -255,16 +255,22 @@ def _CheckpointStep(path: str) -> int:
     return -1
 
 
-def LatestResults(logdir: str, test_set_name: str) -> Optional[Dict]:
-  """The results.json of the newest evaluated checkpoint of `test_set_name` in `logdir`, or None."""
+def LatestResultDir(logdir: str, test_set_name: str) -> Optional[str]:
+  """decode_<test_set_name>/ckpt-N of the newest checkpoint evaluated on it in `logdir`, or None."""
   base = os.path.join(logdir, f'decode_{test_set_name}')
   if not os.path.isdir(base):
     return None
   found = [(_CheckpointStep(d), d) for d in os.listdir(base)
            if os.path.exists(os.path.join(base, d, 'results.json'))]
-  if not found:
+  return os.path.join(base, max(found)[1]) if found else None
+
+
+def LatestResults(logdir: str, test_set_name: str) -> Optional[Dict]:
+  """The results.json of the newest evaluated checkpoint of `test_set_name` in `logdir`, or None."""
+  result_dir = LatestResultDir(logdir, test_set_name)
+  if result_dir is None:
     return None
-  with open(os.path.join(base, max(found)[1], 'results.json')) as f:
+  with open(os.path.join(result_dir, 'results.json')) as f:
     return json.load(f)
 
 

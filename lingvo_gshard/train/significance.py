@@ -1,0 +1,145 @@
+"""Paired bootstrap resampling (Koehn, 2004) of the BLEU / chrF difference between two runs' decodes of the
+same test sets, per language and for the mean over a bucket of languages.
+
+The figures compared in docs/m4_tiny are means of per-language corpus scores over ~30 languages of a few
+hundred sentences each; whether a difference of a few tenths is more than sampling noise of the test
+sentences is what this answers. Each resample draws, for every language independently, as many sentences
+as it has (with replacement), the same draw for both systems; each language's corpus score is recomputed
+from sacrebleu's per-sentence sufficient statistics (summing them is what corpus BLEU and chrF do), so one
+resample costs a sum and a score, not a re-tokenisation.
+"""
+import dataclasses
+import json
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import sacrebleu
+
+from lingvo_gshard.input import tokenizer
+
+METRICS = ('bleu', 'chrf')
+
+
+def Metric(name: str):
+  """The sacrebleu metric the evaluator reports under `name` (evaluator.Bleu / evaluator.Chrf settings)."""
+  if name == 'bleu':
+    return sacrebleu.BLEU(trg_lang=tokenizer.TARGET_LANGUAGE)
+  if name == 'chrf':
+    return sacrebleu.CHRF()
+  raise ValueError(f'unknown metric {name!r}; one of {", ".join(METRICS)}')
+
+
+@dataclasses.dataclass
+class Decodes:
+  """One run's decode of one test set: per language, hypotheses and references (aligned lines)."""
+  path: str
+  hypotheses: Dict[str, List[str]]
+  references: Dict[str, List[str]]
+  buckets: Dict[str, str]  # language -> 'high' | 'medium' | 'low' (results.json)
+
+
+def _Lines(path: str) -> List[str]:
+  # split('\n'), not splitlines(): a sentence may hold U+2028 or a form feed, which must not split it.
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  lines = text.split('\n')
+  return lines[:-1] if text.endswith('\n') or not text else lines
+
+
+def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> Decodes:
+  """Reads <lang>.hyp / <lang>.ref of an evaluator result directory (decode_<set>/ckpt-N) and the languages'
+  buckets from its results.json. Raises ValueError naming the file for anything missing or misaligned."""
+  results_path = os.path.join(result_dir, 'results.json')
+  if not os.path.exists(results_path):
+    raise ValueError(f'{results_path}: no such file (not an evaluator result directory)')
+  with open(results_path) as f:
+    results = json.load(f)
+  buckets = {lang: r.get('bucket', '') for lang, r in results['languages'].items()}
+  hyps, refs = {}, {}
+  for lang in languages or sorted(buckets):
+    if lang not in buckets:
+      raise ValueError(f'{results_path}: language {lang!r} was not evaluated')
+    hyp_path, ref_path = (os.path.join(result_dir, f'{lang}.{ext}') for ext in ('hyp', 'ref'))
+    for path in (hyp_path, ref_path):
+      if not os.path.exists(path):
+        raise ValueError(f'{path}: no such file')
+    hyps[lang], refs[lang] = _Lines(hyp_path), _Lines(ref_path)
+    if len(hyps[lang]) != len(refs[lang]):
+      raise ValueError(f'{hyp_path}: {len(hyps[lang])} lines, but {ref_path} has {len(refs[lang])}')
+  return Decodes(result_dir, hyps, refs, {lang: buckets[lang] for lang in hyps})
+
+
+def SentenceStats(metric, hypotheses: List[str], references: List[str]) -> np.ndarray:
+  """[sentences, statistics]: sacrebleu's per-sentence sufficient statistics, whose column sums give the
+  corpus score."""
+  return np.asarray(metric._extract_corpus_statistics(hypotheses, [references]),  # pylint: disable=protected-access
+                    dtype=np.int64)
+
+
+def Score(metric, summed_stats: np.ndarray) -> float:
+  return metric._compute_score_from_stats(summed_stats.tolist()).score  # pylint: disable=protected-access
+
+
+def ResampledScores(metric, stats: np.ndarray, counts: np.ndarray) -> np.ndarray:
+  """[resamples] corpus scores; counts[r, i]: how often resample r drew sentence i."""
+  return np.array([Score(metric, summed) for summed in counts @ stats])
+
+
+def _Interval(values: np.ndarray, point: float) -> Dict:
+  low, high = np.percentile(values, [2.5, 97.5])
+  return {'delta': point, 'ci95': [float(low), float(high)], 'b_better': float(np.mean(values > 0))}
+
+
+def PairedBootstrap(a: Decodes, b: Decodes, metric_name: str = 'bleu', resamples: int = 1000,
+                    seed: int = 0) -> Dict:
+  """Scores of b minus a with 95% intervals, per language and per bucket mean (plus 'all').
+
+  Returns {'languages': {lang: {a, b, delta, ci95, b_better}}, 'buckets': {bucket: {languages, a, b, delta,
+  ci95, b_better}}}; b_better is the fraction of resamples in which b scored higher (Koehn's p-value for
+  "b is better" is 1 minus it)."""
+  if sorted(a.hypotheses) != sorted(b.hypotheses):
+    raise ValueError(f'{a.path} and {b.path} decoded different languages: '
+                     f'{sorted(set(a.hypotheses) ^ set(b.hypotheses))}')
+  metric = Metric(metric_name)
+  rng = np.random.default_rng(seed)
+  languages, resampled = {}, {}
+  for lang in sorted(a.hypotheses):
+    if a.references[lang] != b.references[lang]:
+      raise ValueError(f'{a.path} and {b.path}: the references of {lang!r} differ (different test sets)')
+    if not a.references[lang]:
+      continue
+    stats_a, stats_b = (SentenceStats(metric, d.hypotheses[lang], d.references[lang]) for d in (a, b))
+    n = len(stats_a)
+    # One draw of sentence indices per resample, shared by both systems: the pairing.
+    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(resamples)])
+    scores_a, scores_b = ResampledScores(metric, stats_a, counts), ResampledScores(metric, stats_b, counts)
+    point_a, point_b = Score(metric, stats_a.sum(0)), Score(metric, stats_b.sum(0))
+    resampled[lang] = (scores_a, scores_b)
+    languages[lang] = dict(a=point_a, b=point_b, **_Interval(scores_b - scores_a, point_b - point_a))
+  groups = {}
+  for lang in languages:
+    groups.setdefault(a.buckets.get(lang) or 'unbucketed', []).append(lang)
+  groups['all'] = list(languages)
+  buckets = {}
+  for name, langs in groups.items():
+    mean_a = np.mean([resampled[lang][0] for lang in langs], axis=0)
+    mean_b = np.mean([resampled[lang][1] for lang in langs], axis=0)
+    point_a = float(np.mean([languages[lang]['a'] for lang in langs]))
+    point_b = float(np.mean([languages[lang]['b'] for lang in langs]))
+    buckets[name] = dict(languages=len(langs), a=point_a, b=point_b,
+                         **_Interval(mean_b - mean_a, point_b - point_a))
+  return {'metric': metric_name, 'signature': str(metric.get_signature()), 'resamples': resamples, 'seed': seed,
+          'languages': languages, 'buckets': buckets}
+
+
+def Table(result: Dict, name_a: str, name_b: str, order: Sequence[str] = ('high', 'medium', 'low', 'all')) -> str:
+  """A markdown table of the bucket rows."""
+  metric = result['metric'].replace('bleu', 'BLEU').replace('chrf', 'chrF')
+  rows = [f'| bucket | languages | {name_a} | {name_b} | {name_b} − {name_a} ({metric}) | 95% interval '
+          f'| {name_b} ahead in (resamples) |', '|---|---|---|---|---|---|---|']
+  for bucket in [k for k in order if k in result['buckets']] + sorted(set(result['buckets']) - set(order)):
+    r = result['buckets'][bucket]
+    rows.append(f'| {bucket} | {r["languages"]} | {r["a"]:.2f} | {r["b"]:.2f} | {r["delta"]:+.2f} '
+                f'| [{r["ci95"][0]:+.2f}, {r["ci95"][1]:+.2f}] | {100 * r["b_better"]:.1f}% |')
+  return '\n'.join(rows)

@@ -1,0 +1,89 @@
+r"""Is run B better than run A on the test split, beyond the noise of which sentences were drawn?
+
+  python -m lingvo_gshard.tools.compare_runs --a=dense=/tmp/runs/dense_s14@ckpt-8500 \
+      --b=moe=/tmp/runs/moe_xd_s15@ckpt-8500 [--metrics=bleu,chrf] [--resamples=1000] [--json=out.json]
+
+Reads both runs' evaluator output (LOGDIR/decode_<set>/<checkpoint>/: <lang>.hyp, <lang>.ref, results.json;
+without @CHECKPOINT the newest evaluated one) and prints, per bucket of languages and for all of them, the
+mean per-language score of each run, B - A, its 95% paired-bootstrap interval and the share of resamples in
+which B was ahead (train/significance.py); --json adds the same per language.
+"""
+import json
+import os
+
+from absl import app
+from absl import flags
+
+from lingvo_gshard.tools import _common
+
+_A = flags.DEFINE_string('a', None, 'NAME=LOGDIR[@CHECKPOINT]: the reference run.')
+_B = flags.DEFINE_string('b', None, 'NAME=LOGDIR[@CHECKPOINT]: the run compared with it.')
+_SET = flags.DEFINE_string('set', 'test', 'Evaluated set (decode_<set>/ in both log directories).')
+_METRICS = flags.DEFINE_list('metrics', ['bleu', 'chrf'], 'bleu and/or chrf.')
+_LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to compare; default: all that were evaluated.')
+_RESAMPLES = flags.DEFINE_integer('resamples', 1000, 'Bootstrap resamples.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the resampling.')
+_JSON = flags.DEFINE_string('json', '', 'Write the full result (per language too) as JSON here.')
+
+
+def _Fail(message):
+  _common.Fail('compare_runs', message)
+
+
+def _ResultDir(flag, spec):
+  """(name, result directory) of a NAME=LOGDIR[@CHECKPOINT] flag value."""
+  from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
+  name, sep, rest = (spec or '').partition('=')
+  logdir, _, ckpt = rest.partition('@')
+  if not sep or not name or not logdir:
+    _Fail(f'--{flag}={spec}: expected NAME=LOGDIR[@CHECKPOINT]')
+  if ckpt:
+    result_dir = os.path.join(logdir, f'decode_{_SET.value}', os.path.basename(ckpt))
+    if not os.path.exists(os.path.join(result_dir, 'results.json')):
+      _Fail(f'--{flag}: {result_dir}/results.json does not exist (evaluate {ckpt} first)')
+  else:
+    result_dir = evaluator.LatestResultDir(logdir, _SET.value)
+    if result_dir is None:
+      _Fail(f'--{flag}: {logdir} has no decode_{_SET.value}/*/results.json (evaluate it first)')
+  return name, result_dir
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _RESAMPLES.value < 10:
+    _Fail(f'--resamples must be >= 10, got {_RESAMPLES.value}')
+  from lingvo_gshard.train import significance  # pylint: disable=g-import-not-at-top
+  for metric in _METRICS.value:
+    if metric not in significance.METRICS:
+      _Fail(f'--metrics: unknown metric {metric!r}; one of {", ".join(significance.METRICS)}')
+  (name_a, dir_a), (name_b, dir_b) = _ResultDir('a', _A.value), _ResultDir('b', _B.value)
+  if name_a == name_b:
+    _Fail(f'--a and --b are both named {name_a!r}')
+  out = {'a': {'name': name_a, 'result_dir': dir_a}, 'b': {'name': name_b, 'result_dir': dir_b}}
+  try:
+    a, b = (significance.LoadDecodes(d, _LANGUAGES.value) for d in (dir_a, dir_b))
+    for metric in _METRICS.value:
+      result = significance.PairedBootstrap(a, b, metric, _RESAMPLES.value, _SEED.value)
+      out[metric] = result
+      print(f'{name_b} vs {name_a} ({dir_b} vs {dir_a}), {result["resamples"]} paired resamples:')
+      print(significance.Table(result, name_a, name_b))
+      print(f'signature: {result["signature"]}\n')
+  except _common.UserErrors() as e:
+    _Fail(str(e))
+  if _JSON.value:
+    tmp = _JSON.value + '.tmp'
+    with open(tmp, 'w') as f:
+      json.dump(out, f, indent=1)
+    os.replace(tmp, _JSON.value)
+    print(f'wrote {_JSON.value}')
+  return 0
+
+
+def run():
+  """The console script's entry point."""
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run()
