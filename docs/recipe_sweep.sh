@@ -187,3 +187,15 @@ done
 python -m lingvo_gshard.tools.learning_curves --metric=xent \
   --runs=Dense=/tmp/dense_s14_docs,MoE=/tmp/moe_s12_docs,MoE_xd0.4=/tmp/moe_xd_s15_docs \
   --plot=docs/m4_tiny/dev_xent.png --json=docs/m4_tiny/dev_xent.json
+
+# --- session 17 (the same AMX Xeon, /tmp kept). The probe's last checkpoint on the whole test split:
+python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE --logdir=/tmp/runs/moe_xd_s15 --data_dir=/tmp/gshard_data \
+  --checkpoint=/tmp/runs/moe_xd_s15/ckpt-8500
+python -m lingvo_gshard.tools.m4_report --add=moe_xd=/tmp/runs/moe_xd_s15@ckpt-8500
+python -m lingvo_gshard.tools.m4_report --moe=moe_xd   # the targets against M4TinyMoE's recipe (expert dropout)
+python -m lingvo_gshard.tools.compare_runs --a=dense=/tmp/runs/dense_s14@ckpt-8500 \
+  --b=moe_xd=/tmp/runs/moe_xd_s15@ckpt-8500 \
+  --json=docs/m4_tiny/runs/significance/moe_xd-vs-dense-test-all-ckpt-8500.json
+python -m lingvo_gshard.tools.model_benchmark --models=M4TinyDense,M4TinyMoE,M4TinyMoE64 --modes=jit --repeats=9
+# The larger-MoE point (M4TinyMoE64 trains with expert dropout 0.4 since 1b34935):
+python -m lingvo_gshard.tools.trainer --model=M4TinyMoE64 --data_dir=/tmp/gshard_data --logdir=/tmp/runs/moe64_s17
