@@ -26,14 +26,15 @@ def _Corpus(rng, n, error_rate, refs=None):
   return refs, hyps
 
 
-def _WriteRun(result_dir, corpora, buckets):
+def _WriteRun(result_dir, corpora, buckets, beam_size=4):
   os.makedirs(result_dir)
   for lang, (refs, hyps) in corpora.items():
     for ext, lines in (('ref', refs), ('hyp', hyps)):
       with open(os.path.join(result_dir, f'{lang}.{ext}'), 'w', encoding='utf-8') as f:
         f.write(''.join(line + '\n' for line in lines))
   with open(os.path.join(result_dir, 'results.json'), 'w') as f:
-    json.dump({'languages': {lang: {'bucket': buckets[lang]} for lang in corpora}}, f)
+    json.dump({'set': 'test', 'beam_size': beam_size, 'length_alpha': 0.6, 'no_repeat_ngram': 0,
+               'languages': {lang: {'bucket': buckets[lang]} for lang in corpora}}, f)
 
 
 @pytest.fixture(name='runs')
@@ -56,9 +57,9 @@ def test_point_scores_are_sacrebleus_and_resampled_scores_equal_sacrebleu_on_the
   da = significance.LoadDecodes(str(tmp_path / 'a' / 'decode_test' / 'ckpt-100'))
   db = significance.LoadDecodes(str(tmp_path / 'b' / 'decode_test' / 'ckpt-100'))
   assert da.buckets == {'de': 'high', 'fr': 'high', 'lg': 'low'} and da.references['lg'] == a['lg'][0]
-  for metric_name in significance.METRICS:
+  for metric_name in evaluator.METRICS:
     result = significance.PairedBootstrap(da, db, metric_name, resamples=200, seed=1)
-    metric = significance.Metric(metric_name)
+    metric = evaluator.Metric(metric_name)
     for lang, (refs, hyps) in a.items():
       assert result['languages'][lang]['a'] == pytest.approx(metric.corpus_score(hyps, [refs]).score, abs=1e-9)
       assert result['languages'][lang]['b'] == pytest.approx(
@@ -73,13 +74,53 @@ def test_point_scores_are_sacrebleus_and_resampled_scores_equal_sacrebleu_on_the
 
     # The fast path (sum the sentence statistics, score once) against sacrebleu on the resampled sentences.
     refs, hyps = a['lg']
-    counts = np.stack([np.bincount(np.random.default_rng(r).integers(0, len(refs), len(refs)),
-                                   minlength=len(refs)) for r in range(5)])
+    counts = significance.ResampleCounts('lg', len(refs), 5, seed=1)
     fast = significance.ResampledScores(metric, significance.SentenceStats(metric, hyps, refs), counts)
     for row, score in zip(counts, fast):
       picked = np.repeat(np.arange(len(refs)), row)
       slow = metric.corpus_score([hyps[i] for i in picked], [[refs[i] for i in picked]]).score
       assert score == pytest.approx(slow, abs=1e-9)
+
+
+def test_bucket_interval_against_a_reference_on_the_resampled_sentence_lists(runs):
+  """The high bucket's interval recomputed the slow way: per resample, each language's resampled sentence
+  lists scored by sacrebleu, the bucket mean of b minus that of a, its percentiles and the share above 0."""
+  tmp_path, a, b = runs
+  da, db = (significance.LoadDecodes(str(tmp_path / r / 'decode_test' / 'ckpt-100')) for r in ('a', 'b'))
+  result = significance.PairedBootstrap(da, db, 'bleu', resamples=40, seed=7)
+  metric = evaluator.Metric('bleu')
+  diffs = np.zeros(40)
+  for lang in ('fr', 'de'):
+    refs = a[lang][0]
+    for r, row in enumerate(significance.ResampleCounts(lang, len(refs), 40, seed=7)):
+      picked = np.repeat(np.arange(len(refs)), row)
+      score = {name: metric.corpus_score([run[lang][1][i] for i in picked], [[refs[i] for i in picked]]).score
+               for name, run in (('a', a), ('b', b))}
+      diffs[r] += (score['b'] - score['a']) / 2
+  high = result['buckets']['high']
+  np.testing.assert_allclose(high['ci95'], np.percentile(diffs, [2.5, 97.5]), atol=1e-9)
+  assert high['b_better'] == np.mean(diffs > 0)
+  # A language's draws do not depend on the others compared with it.
+  only = significance.PairedBootstrap(
+      *(significance.LoadDecodes(str(tmp_path / r / 'decode_test' / 'ckpt-100'), ['fr']) for r in ('a', 'b')),
+      'bleu', resamples=40, seed=7)
+  assert only['languages']['fr'] == result['languages']['fr']
+
+
+def test_a_near_tie_has_an_interval_around_zero(runs):
+  """b is a with one 'fr' sentence made right and another made wrong: which of the two a resample draws
+  decides its sign, so the interval spans 0 and b is ahead in some resamples only."""
+  tmp_path, a, _ = runs
+  refs, hyps = a['fr']
+  better = list(hyps)
+  better[3] = refs[3]
+  better[8] = 'quit quit quit'
+  _WriteRun(str(tmp_path / 'tie' / 'decode_test' / 'ckpt-100'), {'fr': (refs, better)}, {'fr': 'high'})
+  da = significance.LoadDecodes(str(tmp_path / 'a' / 'decode_test' / 'ckpt-100'), ['fr'])
+  result = significance.PairedBootstrap(da, significance.LoadDecodes(str(tmp_path / 'tie' / 'decode_test' /
+                                                                          'ckpt-100')), 'bleu', resamples=300)
+  high = result['buckets']['high']
+  assert high['ci95'][0] < 0 < high['ci95'][1] and 0.1 < high['b_better'] < 0.9, high
 
 
 def test_a_run_against_itself_has_a_zero_interval(runs):
@@ -105,9 +146,26 @@ def test_bad_decodes_are_refused_naming_the_file(runs):
   other.references['de'] = other.references['de'][::-1]
   with pytest.raises(ValueError, match=r"the references of 'de' differ"):
     significance.PairedBootstrap(da, other)
-  with pytest.raises(ValueError, match=r"decoded different languages: \['lg'\]"):
+  with pytest.raises(ValueError, match=r"decoded different languages \(only in the first: \[\], only in the "
+                     r"second: \['lg'\]\); choose common ones with --languages"):
     significance.PairedBootstrap(da, significance.LoadDecodes(str(tmp_path / 'b' / 'decode_test' / 'ckpt-100'),
                                                               ['de', 'lg']))
+  beam1 = tmp_path / 'beam1' / 'decode_test' / 'ckpt-100'
+  _WriteRun(str(beam1), {'de': (da.references['de'], da.hypotheses['de'])}, {'de': 'high'}, beam_size=1)
+  with pytest.raises(ValueError, match=r'decoded with different beam_size: 4 vs 1'):
+    significance.PairedBootstrap(da, significance.LoadDecodes(str(beam1)))
+  (tmp_path / 'empty').mkdir()
+  (tmp_path / 'empty' / 'results.json').write_text('{"bleu": 1}')
+  with pytest.raises(ValueError, match=r'empty/results.json: no "languages" object'):
+    significance.LoadDecodes(str(tmp_path / 'empty'))
+
+
+def test_sentences_are_split_on_newlines_only(tmp_path):
+  """A '\\r', U+2028 or form feed inside a sentence stays in it; an empty hypothesis is a line."""
+  (tmp_path / 'x.hyp').write_bytes('a\u2028b\nc\rd\n\ne\x0cf\n'.encode('utf-8'))
+  assert significance._Lines(str(tmp_path / 'x.hyp')) == ['a\u2028b', 'c\rd', '', 'e\x0cf']
+  (tmp_path / 'none.hyp').write_bytes(b'')
+  assert significance._Lines(str(tmp_path / 'none.hyp')) == []
 
 
 def test_compare_runs_tool(runs):

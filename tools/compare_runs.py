@@ -53,10 +53,11 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if _RESAMPLES.value < 10:
     _Fail(f'--resamples must be >= 10, got {_RESAMPLES.value}')
+  from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import significance  # pylint: disable=g-import-not-at-top
   for metric in _METRICS.value:
-    if metric not in significance.METRICS:
-      _Fail(f'--metrics: unknown metric {metric!r}; one of {", ".join(significance.METRICS)}')
+    if metric not in evaluator.METRICS:
+      _Fail(f'--metrics: unknown metric {metric!r}; one of {", ".join(evaluator.METRICS)}')
   (name_a, dir_a), (name_b, dir_b) = _ResultDir('a', _A.value), _ResultDir('b', _B.value)
   if name_a == name_b:
     _Fail(f'--a and --b are both named {name_a!r}')

@@ -53,15 +53,28 @@ def RestoreModel(params, logdir: str, partitioner: sharding.Partitioner, checkpo
   return model, ckpt_path
 
 
+METRICS = ('bleu', 'chrf')
+
+
+def Metric(name: str, target_lang: str = tokenizer.TARGET_LANGUAGE):
+  """The sacrebleu metric reported as `name`: BLEU with the target language's default tokenizer, or chrF
+  (character 6-grams, beta 2)."""
+  if name == 'bleu':
+    return sacrebleu.BLEU(trg_lang=target_lang)
+  if name == 'chrf':
+    return sacrebleu.CHRF()
+  raise ValueError(f'unknown metric {name!r}; one of {", ".join(METRICS)}')
+
+
 def Bleu(hypotheses: List[str], references: List[str], target_lang: str = tokenizer.TARGET_LANGUAGE):
-  """(score, signature) of sacrebleu's corpus BLEU with the target language's default tokenizer."""
-  metric = sacrebleu.BLEU(trg_lang=target_lang)
+  """(score, signature) of sacrebleu's corpus BLEU."""
+  metric = Metric('bleu', target_lang)
   return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
 
 
 def Chrf(hypotheses: List[str], references: List[str]):
-  """(score, signature) of sacrebleu's corpus chrF (character 6-grams, beta 2)."""
-  metric = sacrebleu.CHRF()
+  """(score, signature) of sacrebleu's corpus chrF."""
+  metric = Metric('chrf')
   return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
 
 

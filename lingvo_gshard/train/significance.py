@@ -1,33 +1,25 @@
 """Paired bootstrap resampling (Koehn, 2004) of the BLEU / chrF difference between two runs' decodes of the
 same test sets, per language and for the mean over a bucket of languages.
 
-The figures compared in docs/m4_tiny are means of per-language corpus scores over ~30 languages of a few
-hundred sentences each; whether a difference of a few tenths is more than sampling noise of the test
-sentences is what this answers. Each resample draws, for every language independently, as many sentences
-as it has (with replacement), the same draw for both systems; each language's corpus score is recomputed
-from sacrebleu's per-sentence sufficient statistics (summing them is what corpus BLEU and chrF do), so one
-resample costs a sum and a score, not a re-tokenisation.
+A bucket's figure is a mean of per-language corpus scores over languages of a few hundred sentences or fewer;
+whether a difference of a few tenths is more than the noise of which sentences were drawn is what this
+answers. Each resample draws, for every language independently, as many sentences as it has (with
+replacement), the same draw for both systems; each language's corpus score is recomputed from sacrebleu's
+per-sentence sufficient statistics (summing them is how sacrebleu scores a corpus, for BLEU and chrF alike),
+so a resample costs a sum and a score, not a re-tokenisation.
 """
 import dataclasses
 import json
 import os
+import zlib
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-import sacrebleu
 
-from lingvo_gshard.input import tokenizer
+from lingvo_gshard.train import evaluator
 
-METRICS = ('bleu', 'chrf')
-
-
-def Metric(name: str):
-  """The sacrebleu metric the evaluator reports under `name` (evaluator.Bleu / evaluator.Chrf settings)."""
-  if name == 'bleu':
-    return sacrebleu.BLEU(trg_lang=tokenizer.TARGET_LANGUAGE)
-  if name == 'chrf':
-    return sacrebleu.CHRF()
-  raise ValueError(f'unknown metric {name!r}; one of {", ".join(METRICS)}')
+# results.json keys that change what a decode is; two decodes compared must agree on all of them.
+DECODE_SETTINGS = ('set', 'beam_size', 'length_alpha', 'no_repeat_ngram')
 
 
 @dataclasses.dataclass
@@ -37,11 +29,13 @@ class Decodes:
   hypotheses: Dict[str, List[str]]
   references: Dict[str, List[str]]
   buckets: Dict[str, str]  # language -> 'high' | 'medium' | 'low' (results.json)
+  settings: Dict  # DECODE_SETTINGS from results.json
 
 
 def _Lines(path: str) -> List[str]:
-  # split('\n'), not splitlines(): a sentence may hold U+2028 or a form feed, which must not split it.
-  with open(path, encoding='utf-8') as f:
+  # newline='' and split('\n'): the evaluator ends each sentence with '\n'; a '\r', U+2028 or form feed inside
+  # one must not split it.
+  with open(path, encoding='utf-8', newline='') as f:
     text = f.read()
   lines = text.split('\n')
   return lines[:-1] if text.endswith('\n') or not text else lines
@@ -55,7 +49,9 @@ def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> D
     raise ValueError(f'{results_path}: no such file (not an evaluator result directory)')
   with open(results_path) as f:
     results = json.load(f)
-  buckets = {lang: r.get('bucket', '') for lang, r in results['languages'].items()}
+  if not isinstance(results.get('languages'), dict):
+    raise ValueError(f'{results_path}: no "languages" object (not an evaluator results.json)')
+  buckets = {lang: r.get('bucket', '?') for lang, r in results['languages'].items()}
   hyps, refs = {}, {}
   for lang in languages or sorted(buckets):
     if lang not in buckets:
@@ -67,7 +63,8 @@ def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> D
     hyps[lang], refs[lang] = _Lines(hyp_path), _Lines(ref_path)
     if len(hyps[lang]) != len(refs[lang]):
       raise ValueError(f'{hyp_path}: {len(hyps[lang])} lines, but {ref_path} has {len(refs[lang])}')
-  return Decodes(result_dir, hyps, refs, {lang: buckets[lang] for lang in hyps})
+  return Decodes(result_dir, hyps, refs, {lang: buckets[lang] for lang in hyps},
+                 {k: results.get(k) for k in DECODE_SETTINGS})
 
 
 def SentenceStats(metric, hypotheses: List[str], references: List[str]) -> np.ndarray:
@@ -86,40 +83,57 @@ def ResampledScores(metric, stats: np.ndarray, counts: np.ndarray) -> np.ndarray
   return np.array([Score(metric, summed) for summed in counts @ stats])
 
 
+def ResampleCounts(lang: str, sentences: int, resamples: int, seed: int) -> np.ndarray:
+  """[resamples, sentences] draw counts of `lang`'s sentences; seeded per language, so a language's draws do
+  not depend on which other languages are compared."""
+  rng = np.random.default_rng([seed, zlib.crc32(lang.encode('utf-8'))])
+  return np.stack([np.bincount(rng.integers(0, sentences, sentences), minlength=sentences)
+                   for _ in range(resamples)])
+
+
 def _Interval(values: np.ndarray, point: float) -> Dict:
   low, high = np.percentile(values, [2.5, 97.5])
   return {'delta': point, 'ci95': [float(low), float(high)], 'b_better': float(np.mean(values > 0))}
+
+
+def _CheckComparable(a: Decodes, b: Decodes):
+  if sorted(a.hypotheses) != sorted(b.hypotheses):
+    only_a, only_b = sorted(set(a.hypotheses) - set(b.hypotheses)), sorted(set(b.hypotheses) - set(a.hypotheses))
+    raise ValueError(f'{a.path} and {b.path} decoded different languages (only in the first: {only_a}, only in '
+                     f'the second: {only_b}); choose common ones with --languages')
+  for key in DECODE_SETTINGS:
+    if a.settings.get(key) != b.settings.get(key):
+      raise ValueError(f'{a.path} and {b.path} were decoded with different {key}: {a.settings.get(key)!r} vs '
+                       f'{b.settings.get(key)!r}')
+  for lang in a.hypotheses:
+    if a.references[lang] != b.references[lang]:
+      raise ValueError(f'{a.path} and {b.path}: the references of {lang!r} differ (different test sets)')
+  if not any(a.references.values()):
+    raise ValueError(f'{a.path}: no sentences in the languages compared')
 
 
 def PairedBootstrap(a: Decodes, b: Decodes, metric_name: str = 'bleu', resamples: int = 1000,
                     seed: int = 0) -> Dict:
   """Scores of b minus a with 95% intervals, per language and per bucket mean (plus 'all').
 
-  Returns {'languages': {lang: {a, b, delta, ci95, b_better}}, 'buckets': {bucket: {languages, a, b, delta,
-  ci95, b_better}}}; b_better is the fraction of resamples in which b scored higher (Koehn's p-value for
-  "b is better" is 1 minus it)."""
-  if sorted(a.hypotheses) != sorted(b.hypotheses):
-    raise ValueError(f'{a.path} and {b.path} decoded different languages: '
-                     f'{sorted(set(a.hypotheses) ^ set(b.hypotheses))}')
-  metric = Metric(metric_name)
-  rng = np.random.default_rng(seed)
+  Returns {'languages': {lang: {sentences, a, b, delta, ci95, b_better}}, 'buckets': {bucket: {languages, a,
+  b, delta, ci95, b_better}}}; b_better is the fraction of resamples in which b scored higher (Koehn's p-value
+  for "b is better" is 1 minus it). Languages with no sentences are left out."""
+  _CheckComparable(a, b)
+  metric = evaluator.Metric(metric_name)
   languages, resampled = {}, {}
   for lang in sorted(a.hypotheses):
-    if a.references[lang] != b.references[lang]:
-      raise ValueError(f'{a.path} and {b.path}: the references of {lang!r} differ (different test sets)')
     if not a.references[lang]:
       continue
     stats_a, stats_b = (SentenceStats(metric, d.hypotheses[lang], d.references[lang]) for d in (a, b))
-    n = len(stats_a)
-    # One draw of sentence indices per resample, shared by both systems: the pairing.
-    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(resamples)])
-    scores_a, scores_b = ResampledScores(metric, stats_a, counts), ResampledScores(metric, stats_b, counts)
+    counts = ResampleCounts(lang, len(stats_a), resamples, seed)  # one draw for both systems: the pairing
+    resampled[lang] = ResampledScores(metric, stats_a, counts), ResampledScores(metric, stats_b, counts)
     point_a, point_b = Score(metric, stats_a.sum(0)), Score(metric, stats_b.sum(0))
-    resampled[lang] = (scores_a, scores_b)
-    languages[lang] = dict(a=point_a, b=point_b, **_Interval(scores_b - scores_a, point_b - point_a))
+    languages[lang] = dict(sentences=len(stats_a), a=point_a, b=point_b,
+                           **_Interval(resampled[lang][1] - resampled[lang][0], point_b - point_a))
   groups = {}
   for lang in languages:
-    groups.setdefault(a.buckets.get(lang) or 'unbucketed', []).append(lang)
+    groups.setdefault(a.buckets[lang], []).append(lang)
   groups['all'] = list(languages)
   buckets = {}
   for name, langs in groups.items():
