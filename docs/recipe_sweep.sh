@@ -199,3 +199,7 @@ python -m lingvo_gshard.tools.compare_runs --a=dense=/tmp/runs/dense_s14@ckpt-85
 python -m lingvo_gshard.tools.model_benchmark --models=M4TinyDense,M4TinyMoE,M4TinyMoE64 --modes=jit --repeats=9
 # The larger-MoE point (M4TinyMoE64 trains with expert dropout 0.4 since 1b34935):
 python -m lingvo_gshard.tools.trainer --model=M4TinyMoE64 --data_dir=/tmp/gshard_data --logdir=/tmp/runs/moe64_s17
+# (SIGTERM-saved at ckpt-500 for CI and at ckpt-3050 at the session's end; the same command resumes it.)
+# Its dev points so far, committed:
+mkdir -p docs/runs_s17 && cp /tmp/runs/moe64_s17/dev_eval.jsonl docs/runs_s17/moe64_s17_dev_eval.jsonl \
+  && cp /tmp/runs/moe64_s17/checkpoints.jsonl docs/runs_s17/moe64_s17_checkpoints.jsonl
