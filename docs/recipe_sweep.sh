@@ -203,3 +203,20 @@ python -m lingvo_gshard.tools.trainer --model=M4TinyMoE64 --data_dir=/tmp/gshard
 # Its dev points so far, committed:
 mkdir -p docs/runs_s17 && cp /tmp/runs/moe64_s17/dev_eval.jsonl docs/runs_s17/moe64_s17_dev_eval.jsonl \
   && cp /tmp/runs/moe64_s17/checkpoints.jsonl docs/runs_s17/moe64_s17_checkpoints.jsonl
+
+# --- session 18 (a 2-core AMD EPYC, new machine, /tmp empty): the 64-expert point from scratch
+python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data
+python -m lingvo_gshard.tools.trainer --model=M4TinyMoE64 --data_dir=/tmp/gshard_data --logdir=/tmp/runs/moe64_s18
+mkdir -p docs/runs_s18 && cp /tmp/runs/moe64_s18/dev_eval.jsonl docs/runs_s18/moe64_s18_dev_eval.jsonl \
+  && cp /tmp/runs/moe64_s18/checkpoints.jsonl docs/runs_s18/moe64_s18_checkpoints.jsonl
+# The dev-xent plot: the session-16 commands above (the /tmp/<run>_docs copies), plus this run's copy:
+mkdir -p /tmp/moe64_s18_docs && cp docs/runs_s18/moe64_s18_dev_eval.jsonl /tmp/moe64_s18_docs/dev_eval.jsonl \
+  && cp docs/runs_s18/moe64_s18_checkpoints.jsonl /tmp/moe64_s18_docs/checkpoints.jsonl
+python -m lingvo_gshard.tools.learning_curves --metric=xent \
+  --runs=Dense=/tmp/dense_s14_docs,MoE=/tmp/moe_s12_docs,MoE_xd0.4=/tmp/moe_xd_s15_docs,MoE64_xd0.4=/tmp/moe64_s18_docs \
+  --plot=docs/m4_tiny/dev_xent.png --json=docs/m4_tiny/dev_xent.json
+python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE64 --logdir=/tmp/runs/moe64_s18 --data_dir=/tmp/gshard_data \
+  --checkpoint=/tmp/runs/moe64_s18/ckpt-8500
+python -m lingvo_gshard.tools.m4_report --moe=moe_xd --add=moe64=/tmp/runs/moe64_s18@ckpt-8500
+(cd /tmp/runs/moe64_s18/decode_test/ckpt-8500 && tar czf "$OLDPWD/docs/m4_tiny/runs/hypotheses/moe64-test-all-ckpt-8500.tar.gz" \
+  --sort=name --mtime=2026-12-03 --owner=0 --group=0 results.json *.hyp)
