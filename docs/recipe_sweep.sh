@@ -218,5 +218,6 @@ python -m lingvo_gshard.tools.learning_curves --metric=xent \
 python -m lingvo_gshard.tools.evaluate --model=M4TinyMoE64 --logdir=/tmp/runs/moe64_s18 --data_dir=/tmp/gshard_data \
   --checkpoint=/tmp/runs/moe64_s18/ckpt-8500
 python -m lingvo_gshard.tools.m4_report --moe=moe_xd --add=moe64=/tmp/runs/moe64_s18@ckpt-8500
+mkdir -p docs/m4_tiny/runs/hypotheses
 (cd /tmp/runs/moe64_s18/decode_test/ckpt-8500 && tar czf "$OLDPWD/docs/m4_tiny/runs/hypotheses/moe64-test-all-ckpt-8500.tar.gz" \
   --sort=name --mtime=2026-12-03 --owner=0 --group=0 results.json *.hyp)
