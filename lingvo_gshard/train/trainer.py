@@ -81,10 +81,12 @@ class Trainer:
   def __init__(self, experiment: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
                data_dir: Optional[str] = None, overrides: str = '', max_steps: Optional[int] = None,
                log: Callable[[str], None] = print, runner: Optional[step_runner.StepRunner] = None,
-               max_train_seconds: Optional[float] = None):
+               max_train_seconds: Optional[float] = None, clock: Callable[[], float] = time.time):
     """`runner` compiles the steps (default: StepRunner(partitioner), the machine's rule); `max_steps` and
-    `max_train_seconds` replace the learner's (after `overrides`)."""
+    `max_train_seconds` replace the learner's (after `overrides`). `clock` is what the step timings, the
+    time budget and the recorded wall-clock read (a test advances it instead of sleeping)."""
     self.exp, self.partitioner, self.logdir, self.log = experiment, partitioner, logdir, log
+    self._clock = clock
     self.params = experiment_lib.ExperimentParams(experiment, data_dir or '')
     self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
     if max_steps is not None:
@@ -175,14 +177,14 @@ class Trainer:
     """Fixes max_steps from the timings so far (and a timed dev evaluation if the run evaluates), records
     it, moves the schedule's end; returns (whether the train step must compile again, an evaluation's
     seconds)."""
-    started, eval_seconds = time.time(), 0.0
+    started, eval_seconds = self._clock(), 0.0
     if evaluate and self.learner_p.eval_interval:
       self.Evaluate()  # compiles the eval step and reads the dev batches: paid once a run, here
-      timed = time.time()
+      timed = self._clock()
       self.Evaluate()  # what each later evaluation costs
-      eval_seconds = time.time() - timed
+      eval_seconds = self._clock() - timed
     recompile = compile_seconds if self._budget_moves_schedule else 0.0
-    record = self.budget.Decide(step, elapsed + time.time() - started, seconds_per_step, eval_seconds, recompile)
+    record = self.budget.Decide(step, elapsed + self._clock() - started, seconds_per_step, eval_seconds, recompile)
     lp = self.learner_p
     lp.max_steps = record['max_steps']
     if self.chief:
@@ -342,7 +344,7 @@ class Trainer:
           tf.summary.text('params', f'```\n{f.read()}\n```', step=saved)
     self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
     data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
-    began = time.time()  # a time budget counts from here (the vocabularies are data preparation, not training)
+    began = self._clock()  # a time budget counts from here (the vocabularies are data preparation, not training)
     # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
     # have read (position, shuffle buffers and mixture state), so its losses are the same step for step.
     if self.client is None:
@@ -361,7 +363,7 @@ class Trainer:
 
   def _Loop(self, data, step, signals, evaluate, budget_start):
     lp = self.learner_p
-    last, window_tokens, window_steps, window_start = {}, 0.0, 0, time.time()
+    last, window_tokens, window_steps, window_start = {}, 0.0, 0, self._clock()
     began = start = window_start
     start_step, input_seconds, saved_step, skipped = step, None, step, 0
     compiling, decide_at = True, None  # compiling: the next step traces the train step (again)
@@ -371,8 +373,8 @@ class Trainer:
       batch = {k: v.numpy() for k, v in next(data).items()}
       first = input_seconds is None
       if first:
-        input_seconds = time.time() - start
-      step_began, compiled = time.time(), compiling
+        input_seconds = self._clock() - start
+      step_began, compiled = self._clock(), compiling
       metrics = self.learner.TrainStep(batch)
       step += 1
       if not float(self.partitioner.Fetch(metrics['finite'])):
@@ -384,7 +386,7 @@ class Trainer:
         skipped += 1
         self.log(f'step {step}: non-finite loss or gradient, update skipped ({skipped} so far)')
       if compiled:
-        compile_seconds, compiling = time.time() - step_began, False
+        compile_seconds, compiling = self._clock() - step_began, False
         if self.budget is not None and decide_at is None:
           decide_at = self.budget.DecisionStep(step)
           # The second half of the steps before the decision is timed: the input pipeline's start-up (shuffle
@@ -397,48 +399,48 @@ class Trainer:
         else:
           self.log(f'step {step}: the train step compiled again in {compile_seconds:.0f}s')
         # Rates and the ETA count from here: neither start-up cost recurs.
-        start, start_step, window_start = time.time(), step, time.time()
+        start, start_step, window_start = self._clock(), step, self._clock()
       else:
         window_tokens += float(batch['tgt_weights'].sum())
         window_steps += 1
       if step % lp.log_interval == 0 or step == lp.max_steps:
         fetched = {k: self.partitioner.Fetch(v) for k, v in metrics.items()}
         last = {k: float(v) for k, v in fetched.items() if v.ndim == 0}
-        elapsed = time.time() - window_start
+        elapsed = self._clock() - window_start
         last['target_tokens_per_sec'] = window_tokens / max(elapsed, 1e-9)
         last['skipped_steps'] = float(skipped)
         self._Summaries('train', last, step, {k: v for k, v in fetched.items() if v.ndim == 1})
-        now = time.time()
+        now = self._clock()
         eta = (now - start) / max(step - start_step, 1) * (lp.max_steps - step)
         self.log(f'step {step:6d}/{lp.max_steps} loss {last["loss"]:.4f} xent {last["xent"]:.4f} '
                  f'aux {last["aux_loss"]:.3f} lr {last["learning_rate"]:.2e} '
                  f'{last["target_tokens_per_sec"]:.0f} tgt tok/s '
                  + (f'{elapsed / window_steps:.3f} s/step ' if window_steps else '')
                  + f' elapsed {_Clock(now - began)} eta {_Clock(eta)}')
-        window_tokens, window_steps, window_start = 0.0, 0, time.time()
+        window_tokens, window_steps, window_start = 0.0, 0, self._clock()
       if step == timed_step:
-        timed_since = time.time()
+        timed_since = self._clock()
       if step == decide_at:
-        per_step = (time.time() - timed_since) / (step - timed_step)
+        per_step = (self._clock() - timed_since) / (step - timed_step)
         seconds = self.budget.seconds
-        compiling, last_eval = self._DecideBudget(step, time.time() - budget_start, per_step, compile_seconds,
+        compiling, last_eval = self._DecideBudget(step, self._clock() - budget_start, per_step, compile_seconds,
                                                   evaluate)
         if self.client is None:  # clients of one mesh must stop at the same step: they keep to max_steps
           deadline = budget_start + seconds
-        decide_at, start, start_step = None, time.time(), step
-        window_tokens, window_steps, window_start = 0.0, 0, time.time()
+        decide_at, start, start_step = None, self._clock(), step
+        window_tokens, window_steps, window_start = 0.0, 0, self._clock()
       stop = evaluate and lp.eval_interval and step % lp.eval_interval == 0 and self._RunEval(step)
       # Out of time when another step like this one and the end-of-run evaluation would no longer fit (the
       # machine slowed down after the decision).
       late = (deadline is not None and step < lp.max_steps
-              and 2 * time.time() - step_began + last_eval > deadline)
+              and 2 * self._clock() - step_began + last_eval > deadline)
       if late and self.chief:
-        budget_lib.RecordStop(self.logdir, step, time.time() - budget_start)
+        budget_lib.RecordStop(self.logdir, step, self._clock() - budget_start)
       if late:
         self.log(f'step {step}: the time budget ends: stopping {lp.max_steps - step} steps before max_steps '
                  f'{lp.max_steps} (the machine ran slower than timed)')
       if step % lp.save_interval == 0 or step == lp.max_steps or stop or late:
-        self._Save(step, time.time() - began)
+        self._Save(step, self._clock() - began)
         saved_step = step
       if stop:
         if signals.received:  # arrived during the evaluation: the job ends as preempted, not finished
@@ -446,7 +448,7 @@ class Trainer:
         return last
       if signals.received:
         if saved_step != step:
-          self._Save(step, time.time() - began)
+          self._Save(step, self._clock() - began)
         raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
       if late:
         break
