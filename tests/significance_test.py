@@ -4,14 +4,18 @@ sentence lists, and the intervals behave (zero for one run against itself, exclu
 better run)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 
 import numpy as np
 import pytest
 
 from lingvo_gshard.train import evaluator
 from lingvo_gshard.train import significance
+from lingvo_gshard.train import test_sets
+import input_helpers
 
 _WORDS = ('the file could not be opened because it is missing a folder name on this disk for now '
           'please try again later with another account or save changes before you quit the program').split()
@@ -190,3 +194,87 @@ def test_compare_runs_tool(runs):
   assert bad.stderr.strip().splitlines()[-1] == (
       f'compare_runs: --b: {tmp_path / "b"}/decode_test/ckpt-7/results.json does not exist (evaluate ckpt-7 '
       'first)')
+
+
+def _Pack(result_dir, archive, names):
+  with tarfile.open(archive, 'w:gz') as tar:
+    for name in names:
+      tar.add(os.path.join(result_dir, name), arcname=name)
+
+
+@pytest.fixture(name='packed', scope='module')
+def _Packed(tmp_path_factory):
+  """A decode of a built corpus's test split (each reference with a fifth of its words replaced), as the
+  evaluator leaves it, and packed the way docs/m4_tiny/runs/hypotheses/ keeps decodes: results.json and the
+  hypotheses only."""
+  root = tmp_path_factory.mktemp('packed')
+  data_dir = input_helpers.BuildCorpus(str(root / 'corpus'))
+  corpus = test_sets.FromCorpus(data_dir, 'test', log=lambda line: None)
+  rng = np.random.default_rng(5)
+  result_dir = root / 'run' / 'decode_test' / 'ckpt-100'
+  result_dir.mkdir(parents=True)
+  languages = {}
+  for lang, pairs in corpus.pairs.items():
+    refs = [t for _, t in pairs]
+    hyps = _Corpus(rng, len(refs), 0.2, refs)[1]
+    for ext, lines in (('ref', refs), ('hyp', hyps)):
+      (result_dir / f'{lang}.{ext}').write_text(''.join(line + '\n' for line in lines), encoding='utf-8')
+    languages[lang] = {'bleu': evaluator.Bleu(hyps, refs)[0], 'sentences': len(refs), 'bucket': 'high'}
+  results = {'set': 'test', 'beam_size': 4, 'length_alpha': 0.6, 'no_repeat_ngram': 0, 'languages': languages}
+  (result_dir / 'results.json').write_text(json.dumps(results))
+  archive = str(root / 'run.tar.gz')
+  _Pack(result_dir, archive, ['results.json'] + [f'{lang}.hyp' for lang in languages])
+  return data_dir, str(result_dir), archive
+
+
+def test_an_archive_with_references_rebuilt_from_the_corpus_equals_its_directory(packed, tmp_path):
+  data_dir, result_dir, archive = packed
+  unpacked = significance.LoadDecodes(result_dir)
+  rebuilt = significance.Load(archive, data_dir=data_dir)
+  assert sorted(rebuilt.hypotheses) == ['de', 'el', 'ja', 'ru'] and rebuilt.path == archive
+  for field in ('hypotheses', 'references', 'buckets', 'settings'):
+    assert getattr(rebuilt, field) == getattr(unpacked, field), field
+  assert significance.PairedBootstrap(rebuilt, unpacked, 'chrf', resamples=20)['buckets']['all']['ci95'] == [0, 0]
+  only = significance.Load(archive, ['ru'], data_dir)
+  assert list(only.references) == ['ru'] and only.references['ru'] == unpacked.references['ru']
+  # References packed in the archive are read from it: no corpus needed.
+  with_refs = str(tmp_path / 'with_refs.tar.gz')
+  _Pack(result_dir, with_refs, sorted(os.listdir(result_dir)))
+  assert significance.Load(with_refs).references == unpacked.references
+
+
+def test_an_archive_is_refused_without_its_corpus_or_against_another(packed, tmp_path):
+  data_dir, result_dir, archive = packed
+  with pytest.raises(ValueError, match=r'run\.tar\.gz: holds no de\.ref; the references are rebuilt from the '
+                     r'corpus the run was decoded from \(--data_dir\)'):
+    significance.Load(archive)
+  # A results.json whose score the corpus's references do not give: decoded from another corpus.
+  other = tmp_path / 'other'
+  shutil.copytree(result_dir, other)
+  results = json.loads((other / 'results.json').read_text())
+  results['languages']['el']['bleu'] += 0.5
+  (other / 'results.json').write_text(json.dumps(results))
+  _Pack(str(other), str(tmp_path / 'other.tar.gz'), ['results.json', 'de.hyp', 'el.hyp', 'ja.hyp', 'ru.hyp'])
+  with pytest.raises(ValueError, match=r'other\.tar\.gz: el scores BLEU [0-9.]+ against the test references of '
+                     r'.*, results\.json recorded [0-9.]+: not the corpus it was decoded from'):
+    significance.Load(str(tmp_path / 'other.tar.gz'), data_dir=data_dir)
+  _Pack(str(other), str(tmp_path / 'short.tar.gz'), ['results.json', 'de.hyp'])
+  with pytest.raises(ValueError, match=r"short\.tar\.gz: holds no el\.hyp"):
+    significance.Load(str(tmp_path / 'short.tar.gz'), data_dir=data_dir)
+  (tmp_path / 'broken.tar.gz').write_bytes(b'\x1f\x8b not really gzip')
+  with pytest.raises(ValueError, match=r'broken\.tar\.gz: not a readable tar of decodes'):
+    significance.Load(str(tmp_path / 'broken.tar.gz'), data_dir=data_dir)
+
+
+def test_compare_runs_reads_an_archive(packed):
+  data_dir, result_dir, archive = packed
+  logdir = os.path.dirname(os.path.dirname(result_dir))
+  out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.compare_runs', f'--a=packed={archive}',
+                        f'--b=dir={logdir}', f'--data_dir={data_dir}', '--metrics=bleu', '--resamples=10'],
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert '| all | 4 |' in out.stdout and '| +0.00 | [+0.00, +0.00] | 0.0% |' in out.stdout, out.stdout
+  bad = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.compare_runs', f'--a=packed={archive}@ckpt-100',
+                        f'--b=dir={logdir}'], capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1] == (
+      f"compare_runs: --a=packed={archive}@ckpt-100: an archive holds one checkpoint's decode; drop @ckpt-100")

@@ -2,9 +2,13 @@ r"""Is run B better than run A on the test split, beyond the noise of which sent
 
   python -m lingvo_gshard.tools.compare_runs --a=dense=/tmp/runs/dense_s14@ckpt-8500 \
       --b=moe=/tmp/runs/moe_xd_s15@ckpt-8500 [--metrics=bleu,chrf] [--resamples=1000] [--json=out.json]
+  python -m lingvo_gshard.tools.compare_runs --data_dir=/tmp/gshard_data \
+      --a=moe64=docs/m4_tiny/runs/hypotheses/moe64-test-all-ckpt-8500.tar.gz --b=moe=/tmp/runs/moe_xd@ckpt-8500
 
 Reads both runs' evaluator output (LOGDIR/decode_<set>/<checkpoint>/: <lang>.hyp, <lang>.ref, results.json;
-without @CHECKPOINT the newest evaluated one) and prints, per bucket of languages and for all of them, the
+without @CHECKPOINT the newest evaluated one), or such a directory packed as a .tar.gz (results.json and the
+<lang>.hyp files, as docs/m4_tiny/runs/hypotheses/ keeps them: the references are rebuilt from the corpus at
+--data_dir, and each language's BLEU must come out as recorded), and prints, per bucket of languages and for all of them, the
 mean per-language score of each run, B - A, its 95% paired-bootstrap interval and the share of resamples in
 which B was ahead (train/significance.py); --json adds the same per language.
 """
@@ -16,8 +20,10 @@ from absl import flags
 
 from lingvo_gshard.tools import _common
 
-_A = flags.DEFINE_string('a', None, 'NAME=LOGDIR[@CHECKPOINT]: the reference run.')
-_B = flags.DEFINE_string('b', None, 'NAME=LOGDIR[@CHECKPOINT]: the run compared with it.')
+_A = flags.DEFINE_string('a', None, 'NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz: the reference run.')
+_B = flags.DEFINE_string('b', None, 'NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz: the run compared with it.')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'The built corpus the runs were decoded from: rebuilds the '
+                                'references of an archive that does not hold them.')
 _SET = flags.DEFINE_string('set', 'test', 'Evaluated set (decode_<set>/ in both log directories).')
 _METRICS = flags.DEFINE_list('metrics', ['bleu', 'chrf'], 'bleu and/or chrf.')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to compare; default: all that were evaluated.')
@@ -31,12 +37,19 @@ def _Fail(message):
 
 
 def _ResultDir(flag, spec):
-  """(name, result directory) of a NAME=LOGDIR[@CHECKPOINT] flag value."""
+  """(name, result directory or archive) of a NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE flag value."""
   from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.train import significance  # pylint: disable=g-import-not-at-top
   name, sep, rest = (spec or '').partition('=')
   logdir, _, ckpt = rest.partition('@')
   if not sep or not name or not logdir:
-    _Fail(f'--{flag}={spec}: expected NAME=LOGDIR[@CHECKPOINT]')
+    _Fail(f'--{flag}={spec}: expected NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz')
+  if logdir.endswith(significance.ARCHIVE_SUFFIXES):
+    if ckpt:
+      _Fail(f'--{flag}={spec}: an archive holds one checkpoint\'s decode; drop @{ckpt}')
+    if not os.path.isfile(logdir):
+      _Fail(f'--{flag}: {logdir}: no such file')
+    return name, logdir
   if ckpt:
     result_dir = os.path.join(logdir, f'decode_{_SET.value}', os.path.basename(ckpt))
     if not os.path.exists(os.path.join(result_dir, 'results.json')):
@@ -51,6 +64,7 @@ def _ResultDir(flag, spec):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  _common.QuietLogs()  # TFDS logs a line per language split it opens to rebuild an archive's references
   if _RESAMPLES.value < 10:
     _Fail(f'--resamples must be >= 10, got {_RESAMPLES.value}')
   from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
@@ -63,7 +77,7 @@ def main(argv):
     _Fail(f'--a and --b are both named {name_a!r}')
   out = {'a': {'name': name_a, 'result_dir': dir_a}, 'b': {'name': name_b, 'result_dir': dir_b}}
   try:
-    a, b = (significance.LoadDecodes(d, _LANGUAGES.value) for d in (dir_a, dir_b))
+    a, b = (significance.Load(d, _LANGUAGES.value, _DATA_DIR.value) for d in (dir_a, dir_b))
     for metric in _METRICS.value:
       result = significance.PairedBootstrap(a, b, metric, _RESAMPLES.value, _SEED.value)
       out[metric] = result

@@ -11,12 +11,14 @@ so a resample costs a sum and a score, not a re-tokenisation.
 import dataclasses
 import json
 import os
+import tarfile
 import zlib
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from lingvo_gshard.train import evaluator
+from lingvo_gshard.train import test_sets
 
 # results.json keys that change what a decode is; two decodes compared must agree on all of them.
 DECODE_SETTINGS = ('set', 'beam_size', 'length_alpha', 'no_repeat_ngram')
@@ -32,13 +34,36 @@ class Decodes:
   settings: Dict  # DECODE_SETTINGS from results.json
 
 
-def _Lines(path: str) -> List[str]:
-  # newline='' and split('\n'): the evaluator ends each sentence with '\n'; a '\r', U+2028 or form feed inside
-  # one must not split it.
-  with open(path, encoding='utf-8', newline='') as f:
-    text = f.read()
+# A result directory packed as one file (docs/m4_tiny/runs/hypotheses/ keeps decodes this way: results.json and
+# the <lang>.hyp files; the references are the corpus's and are rebuilt from it).
+ARCHIVE_SUFFIXES = ('.tar.gz', '.tgz', '.tar')
+
+
+def _SplitLines(text: str) -> List[str]:
+  # Split on '\n' only: the evaluator ends each sentence with '\n'; a '\r', U+2028 or form feed inside one
+  # must not split it.
   lines = text.split('\n')
   return lines[:-1] if text.endswith('\n') or not text else lines
+
+
+def _Lines(path: str) -> List[str]:
+  with open(path, encoding='utf-8', newline='') as f:
+    return _SplitLines(f.read())
+
+
+def _Buckets(results: Dict, results_path: str, languages: Optional[Sequence[str]]) -> Dict[str, str]:
+  """{language: bucket} of the `languages` asked for (default: all evaluated), checked against results.json."""
+  if not isinstance(results.get('languages'), dict):
+    raise ValueError(f'{results_path}: no "languages" object (not an evaluator results.json)')
+  buckets = {lang: r.get('bucket', '?') for lang, r in results['languages'].items()}
+  for lang in languages or ():
+    if lang not in buckets:
+      raise ValueError(f'{results_path}: language {lang!r} was not evaluated')
+  return {lang: buckets[lang] for lang in (languages or sorted(buckets))}
+
+
+def _Settings(results: Dict) -> Dict:
+  return {k: results.get(k) for k in DECODE_SETTINGS}
 
 
 def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> Decodes:
@@ -49,13 +74,9 @@ def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> D
     raise ValueError(f'{results_path}: no such file (not an evaluator result directory)')
   with open(results_path) as f:
     results = json.load(f)
-  if not isinstance(results.get('languages'), dict):
-    raise ValueError(f'{results_path}: no "languages" object (not an evaluator results.json)')
-  buckets = {lang: r.get('bucket', '?') for lang, r in results['languages'].items()}
+  buckets = _Buckets(results, results_path, languages)
   hyps, refs = {}, {}
-  for lang in languages or sorted(buckets):
-    if lang not in buckets:
-      raise ValueError(f'{results_path}: language {lang!r} was not evaluated')
+  for lang in buckets:
     hyp_path, ref_path = (os.path.join(result_dir, f'{lang}.{ext}') for ext in ('hyp', 'ref'))
     for path in (hyp_path, ref_path):
       if not os.path.exists(path):
@@ -63,8 +84,64 @@ def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> D
     hyps[lang], refs[lang] = _Lines(hyp_path), _Lines(ref_path)
     if len(hyps[lang]) != len(refs[lang]):
       raise ValueError(f'{hyp_path}: {len(hyps[lang])} lines, but {ref_path} has {len(refs[lang])}')
-  return Decodes(result_dir, hyps, refs, {lang: buckets[lang] for lang in hyps},
-                 {k: results.get(k) for k in DECODE_SETTINGS})
+  return Decodes(result_dir, hyps, refs, buckets, _Settings(results))
+
+
+def LoadArchive(path: str, languages: Optional[Sequence[str]] = None, data_dir: str = '') -> Decodes:
+  """Reads a result directory packed as a tar (ARCHIVE_SUFFIXES): results.json and <lang>.hyp, and <lang>.ref
+  where packed. References not packed are rebuilt from the corpus at `data_dir`: the first `sentences` pairs
+  (results.json) of each language's split, as the evaluator took them. Each rebuilt language's BLEU must equal
+  the one results.json recorded, so a decode is never scored against another corpus's references."""
+  try:
+    with tarfile.open(path) as tar:
+      files = {os.path.normpath(m.name): tar.extractfile(m).read().decode('utf-8')
+               for m in tar.getmembers() if m.isfile()}
+  except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as e:
+    raise ValueError(f'{path}: not a readable tar of decodes ({type(e).__name__}: {e})') from None
+  if 'results.json' not in files:
+    raise ValueError(f'{path}: holds no results.json (not a packed evaluator result directory)')
+  results = json.loads(files['results.json'])
+  results_path = f'{path}:results.json'
+  buckets = _Buckets(results, results_path, languages)
+  hyps, refs = {}, {}
+  for lang in buckets:
+    if f'{lang}.hyp' not in files:
+      raise ValueError(f'{path}: holds no {lang}.hyp')
+    hyps[lang] = _SplitLines(files[f'{lang}.hyp'])
+    if f'{lang}.ref' in files:
+      refs[lang] = _SplitLines(files[f'{lang}.ref'])
+    if len(hyps[lang]) != results['languages'][lang].get('sentences', len(hyps[lang])):
+      raise ValueError(f'{path}: {lang}.hyp has {len(hyps[lang])} lines, but results.json says '
+                       f'{results["languages"][lang]["sentences"]} sentences')
+  rebuild = [lang for lang in buckets if lang not in refs]
+  if rebuild:
+    split = results.get('set')
+    if not data_dir:
+      raise ValueError(f'{path}: holds no {rebuild[0]}.ref; the references are rebuilt from the corpus the run '
+                       f'was decoded from (--data_dir)')
+    if split not in ('test', 'dev'):
+      raise ValueError(f'{path}: decoded on {split!r}, not a corpus split: its references cannot be rebuilt '
+                       'from a corpus (pack the <lang>.ref files)')
+    corpus = test_sets.FromCorpus(data_dir, split, rebuild, log=lambda line: None)
+    for lang in rebuild:
+      pairs = corpus.pairs.get(lang, [])
+      if len(pairs) < len(hyps[lang]):
+        raise ValueError(f'{data_dir}: {len(pairs)} {split} sentences of {lang!r}, but {path} decoded '
+                         f'{len(hyps[lang])}: not the corpus it was decoded from')
+      refs[lang] = [t.replace('\n', ' ') for _, t in pairs[:len(hyps[lang])]]  # as the evaluator writes them
+      recorded = results['languages'][lang].get('bleu')
+      rescored = evaluator.Bleu(hyps[lang], refs[lang])[0]
+      if recorded is None or abs(rescored - recorded) > 1e-6:
+        raise ValueError(f'{path}: {lang} scores BLEU {rescored:.2f} against the {split} references of '
+                         f'{data_dir}, results.json recorded {recorded}: not the corpus it was decoded from')
+  return Decodes(path, hyps, refs, buckets, _Settings(results))
+
+
+def Load(path: str, languages: Optional[Sequence[str]] = None, data_dir: str = '') -> Decodes:
+  """A result directory (LoadDecodes) or a packed one (LoadArchive)."""
+  if path.endswith(ARCHIVE_SUFFIXES):
+    return LoadArchive(path, languages, data_dir)
+  return LoadDecodes(path, languages)
 
 
 def SentenceStats(metric, hypotheses: List[str], references: List[str]) -> np.ndarray:
