@@ -278,3 +278,7 @@ def test_compare_runs_reads_an_archive(packed):
                         f'--b=dir={logdir}'], capture_output=True, text=True, timeout=300)
   assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1] == (
       f"compare_runs: --a=packed={archive}@ckpt-100: an archive holds one checkpoint's decode; drop @ckpt-100")
+  bad = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.compare_runs', f'--a={archive}',
+                        f'--b=dir={logdir}'], capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1] == (
+      f'compare_runs: --a={archive}: expected NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz')

@@ -4,13 +4,27 @@ Not a binary (BUILD makes none of tools/_*.py). TensorFlow and the library are i
 functions, so a tool can check its flags (and fail in one line) before paying for TensorFlow's import.
 """
 import sys
-from typing import NoReturn, Tuple, Type
+from typing import NoReturn, Sequence, Tuple, Type
 
 
 def Fail(tool: str, message: str, code: int = 1) -> NoReturn:
   """`tool: message` on stderr, exit `code` (1: bad input; 128 + signal: preempted)."""
   print(f'{tool}: {message}', file=sys.stderr)
   sys.exit(code)
+
+
+def RunSpec(tool: str, flag: str, spec: str, archive_suffixes: Sequence[str] = ()) -> Tuple[str, str, str]:
+  """(name, path, checkpoint or '') of a --flag=NAME=LOGDIR[@CHECKPOINT] value, the way the tools that read
+  evaluated runs name them; a one-line exit naming the flag if malformed. A path ending in one of
+  `archive_suffixes` is one checkpoint's decode packed into a file, so it takes no @CHECKPOINT."""
+  name, sep, rest = (spec or '').partition('=')
+  path, _, ckpt = rest.partition('@')
+  if not sep or not name or not path:
+    Fail(tool, f'--{flag}={spec}: expected NAME=LOGDIR[@CHECKPOINT]'
+         + (f' or NAME=ARCHIVE{archive_suffixes[0]}' if archive_suffixes else ''))
+  if archive_suffixes and path.endswith(tuple(archive_suffixes)) and ckpt:
+    Fail(tool, f"--{flag}={spec}: an archive holds one checkpoint's decode; drop @{ckpt}")
+  return name, path, ckpt
 
 
 def UserErrors() -> Tuple[Type[BaseException], ...]:

@@ -40,13 +40,8 @@ def _ResultDir(flag, spec):
   """(name, result directory or archive) of a NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE flag value."""
   from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import significance  # pylint: disable=g-import-not-at-top
-  name, sep, rest = (spec or '').partition('=')
-  logdir, _, ckpt = rest.partition('@')
-  if not sep or not name or not logdir:
-    _Fail(f'--{flag}={spec}: expected NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz')
+  name, logdir, ckpt = _common.RunSpec('compare_runs', flag, spec, significance.ARCHIVE_SUFFIXES)
   if logdir.endswith(significance.ARCHIVE_SUFFIXES):
-    if ckpt:
-      _Fail(f'--{flag}={spec}: an archive holds one checkpoint\'s decode; drop @{ckpt}')
     if not os.path.isfile(logdir):
       _Fail(f'--{flag}: {logdir}: no such file')
     return name, logdir

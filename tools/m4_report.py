@@ -46,10 +46,7 @@ def main(argv):
     _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
   adds = []
   for spec in _ADD.value:
-    name, sep, rest = spec.partition('=')
-    logdir, _, ckpt = rest.partition('@')
-    if not sep or not name or not logdir:
-      _Fail(f'--add={spec}: expected NAME=LOGDIR[@CHECKPOINT]')
+    name, logdir, ckpt = _common.RunSpec('m4_report', 'add', spec)
     if not name.replace('_', '').replace('-', '').isalnum():
       _Fail(f'--add={spec}: run name {name!r} must be letters, digits, _ or -')
     adds.append((name, logdir, ckpt))
