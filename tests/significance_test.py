@@ -204,23 +204,25 @@ def _Pack(result_dir, archive, names):
 
 @pytest.fixture(name='packed', scope='module')
 def _Packed(tmp_path_factory):
-  """A decode of a built corpus's test split (each reference with a fifth of its words replaced), as the
-  evaluator leaves it, and packed the way docs/m4_tiny/runs/hypotheses/ keeps decodes: results.json and the
-  hypotheses only."""
+  """A decode of a built corpus's test split (each reference with a fifth of its words replaced; 'de' only its
+  first 25 sentences, as --max_sentences decodes), as the evaluator leaves it, and packed the way
+  docs/m4_tiny/runs/hypotheses/ keeps decodes: results.json and the hypotheses only."""
   root = tmp_path_factory.mktemp('packed')
   data_dir = input_helpers.BuildCorpus(str(root / 'corpus'))
   corpus = test_sets.FromCorpus(data_dir, 'test', log=lambda line: None)
+  assert len(corpus.pairs['de']) > 25
   rng = np.random.default_rng(5)
   result_dir = root / 'run' / 'decode_test' / 'ckpt-100'
   result_dir.mkdir(parents=True)
   languages = {}
   for lang, pairs in corpus.pairs.items():
-    refs = [t for _, t in pairs]
+    refs = [t for _, t in pairs[:25 if lang == 'de' else None]]
     hyps = _Corpus(rng, len(refs), 0.2, refs)[1]
     for ext, lines in (('ref', refs), ('hyp', hyps)):
       (result_dir / f'{lang}.{ext}').write_text(''.join(line + '\n' for line in lines), encoding='utf-8')
     languages[lang] = {'bleu': evaluator.Bleu(hyps, refs)[0], 'sentences': len(refs), 'bucket': 'high'}
-  results = {'set': 'test', 'beam_size': 4, 'length_alpha': 0.6, 'no_repeat_ngram': 0, 'languages': languages}
+  results = {'set': 'test', 'beam_size': 4, 'length_alpha': 0.6, 'no_repeat_ngram': 0,
+             'bleu_signature': evaluator.Bleu(['a'], ['a'])[1], 'languages': languages}
   (result_dir / 'results.json').write_text(json.dumps(results))
   archive = str(root / 'run.tar.gz')
   _Pack(result_dir, archive, ['results.json'] + [f'{lang}.hyp' for lang in languages])
@@ -232,6 +234,7 @@ def test_an_archive_with_references_rebuilt_from_the_corpus_equals_its_directory
   unpacked = significance.LoadDecodes(result_dir)
   rebuilt = significance.Load(archive, data_dir=data_dir)
   assert sorted(rebuilt.hypotheses) == ['de', 'el', 'ja', 'ru'] and rebuilt.path == archive
+  assert len(rebuilt.references['de']) == 25
   for field in ('hypotheses', 'references', 'buckets', 'settings'):
     assert getattr(rebuilt, field) == getattr(unpacked, field), field
   assert significance.PairedBootstrap(rebuilt, unpacked, 'chrf', resamples=20)['buckets']['all']['ci95'] == [0, 0]
@@ -243,23 +246,56 @@ def test_an_archive_with_references_rebuilt_from_the_corpus_equals_its_directory
   assert significance.Load(with_refs).references == unpacked.references
 
 
+def _Variant(tmp_path, name, result_dir, edit=None, hyps=None, arcdir=''):
+  """The packed decode with its results.json edited (`edit(results)`) and/or hypotheses replaced."""
+  variant = tmp_path / name
+  shutil.copytree(result_dir, variant)
+  results = json.loads((variant / 'results.json').read_text())
+  if edit:
+    edit(results)
+  (variant / 'results.json').write_text(json.dumps(results))
+  for lang, lines in (hyps or {}).items():
+    (variant / f'{lang}.hyp').write_text(''.join(line + '\n' for line in lines), encoding='utf-8')
+  archive = str(tmp_path / f'{name}.tar.gz')
+  with tarfile.open(archive, 'w:gz') as tar:
+    for member in ['results.json'] + [f'{lang}.hyp' for lang in results['languages']]:
+      tar.add(str(variant / member), arcname=os.path.join(arcdir, member))
+  return archive
+
+
 def test_an_archive_is_refused_without_its_corpus_or_against_another(packed, tmp_path):
   data_dir, result_dir, archive = packed
   with pytest.raises(ValueError, match=r'run\.tar\.gz: holds no de\.ref; the references are rebuilt from the '
                      r'corpus the run was decoded from \(--data_dir\)'):
     significance.Load(archive)
-  # A results.json whose score the corpus's references do not give: decoded from another corpus.
-  other = tmp_path / 'other'
-  shutil.copytree(result_dir, other)
-  results = json.loads((other / 'results.json').read_text())
-  results['languages']['el']['bleu'] += 0.5
-  (other / 'results.json').write_text(json.dumps(results))
-  _Pack(str(other), str(tmp_path / 'other.tar.gz'), ['results.json', 'de.hyp', 'el.hyp', 'ja.hyp', 'ru.hyp'])
-  with pytest.raises(ValueError, match=r'other\.tar\.gz: el scores BLEU [0-9.]+ against the test references of '
+
+  def Bump(results):  # a score the corpus's references do not give: decoded from another corpus
+    results['languages']['el']['bleu'] += 0.5
+  with pytest.raises(ValueError, match=r'bump\.tar\.gz: el scores BLEU [0-9.]+ against the test references of '
                      r'.*, results\.json recorded [0-9.]+: not the corpus it was decoded from'):
-    significance.Load(str(tmp_path / 'other.tar.gz'), data_dir=data_dir)
-  _Pack(str(other), str(tmp_path / 'short.tar.gz'), ['results.json', 'de.hyp'])
-  with pytest.raises(ValueError, match=r"short\.tar\.gz: holds no el\.hyp"):
+    significance.Load(_Variant(tmp_path, 'bump', result_dir, Bump), data_dir=data_dir)
+  ja = significance.LoadDecodes(result_dir).hypotheses['ja']
+
+  def MoreJa(results):
+    results['languages']['ja']['sentences'] = len(ja) + 1
+  with pytest.raises(ValueError, match=rf"{len(ja)} test sentences of 'ja', but .*long\.tar\.gz decoded "
+                     rf"{len(ja) + 1}: not the corpus it was decoded from"):
+    significance.Load(_Variant(tmp_path, 'long', result_dir, MoreJa, {'ja': ja + ['one more']}), data_dir=data_dir)
+  with pytest.raises(ValueError, match=rf'count\.tar\.gz: ja\.hyp has {len(ja) + 1} lines, but results\.json '
+                     rf'says {len(ja)} sentences'):
+    significance.Load(_Variant(tmp_path, 'count', result_dir, hyps={'ja': ja + ['one more']}), data_dir=data_dir)
+  with pytest.raises(ValueError, match=r"tsv\.tar\.gz: decoded on 'tsv-ui', not a corpus split"):
+    significance.Load(_Variant(tmp_path, 'tsv', result_dir, lambda r: r.update(set='tsv-ui')), data_dir=data_dir)
+  with pytest.raises(ValueError, match=r"old\.tar\.gz: scored with BLEU 'nrefs:1\|version:1\.0', this sacrebleu "
+                     r"is 'nrefs:1\|case:mixed"):
+    significance.Load(_Variant(tmp_path, 'old', result_dir, lambda r: r.update(bleu_signature='nrefs:1|version:1.0')),
+                      data_dir=data_dir)
+  with pytest.raises(ValueError, match=r'nested\.tar\.gz: holds no results\.json at its top level .*members: '
+                     r'ckpt-100/de\.hyp, ckpt-100/el\.hyp, ckpt-100/ja\.hyp, \.\.\.\)'):
+    significance.Load(_Variant(tmp_path, 'nested', result_dir, arcdir='ckpt-100'), data_dir=data_dir)
+  with pytest.raises(ValueError, match=r"short\.tar\.gz: holds no el\.hyp \(choose the languages it holds with "
+                     r"--languages\)"):
+    _Pack(result_dir, str(tmp_path / 'short.tar.gz'), ['results.json', 'de.hyp'])
     significance.Load(str(tmp_path / 'short.tar.gz'), data_dir=data_dir)
   (tmp_path / 'broken.tar.gz').write_bytes(b'\x1f\x8b not really gzip')
   with pytest.raises(ValueError, match=r'broken\.tar\.gz: not a readable tar of decodes'):

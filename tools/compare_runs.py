@@ -8,9 +8,9 @@ r"""Is run B better than run A on the test split, beyond the noise of which sent
 Reads both runs' evaluator output (LOGDIR/decode_<set>/<checkpoint>/: <lang>.hyp, <lang>.ref, results.json;
 without @CHECKPOINT the newest evaluated one), or such a directory packed as a .tar.gz (results.json and the
 <lang>.hyp files, as docs/m4_tiny/runs/hypotheses/ keeps them: the references are rebuilt from the corpus at
---data_dir, and each language's BLEU must come out as recorded), and prints, per bucket of languages and for all of them, the
-mean per-language score of each run, B - A, its 95% paired-bootstrap interval and the share of resamples in
-which B was ahead (train/significance.py); --json adds the same per language.
+--data_dir, and each language's BLEU must come out as recorded), and prints, per bucket of languages and for
+all of them, the mean per-language score of each run, B - A, its 95% paired-bootstrap interval and the share
+of resamples in which B was ahead (train/significance.py); --json adds the same per language.
 """
 import json
 import os
@@ -24,7 +24,8 @@ _A = flags.DEFINE_string('a', None, 'NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.ta
 _B = flags.DEFINE_string('b', None, 'NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz: the run compared with it.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'The built corpus the runs were decoded from: rebuilds the '
                                 'references of an archive that does not hold them.')
-_SET = flags.DEFINE_string('set', 'test', 'Evaluated set (decode_<set>/ in both log directories).')
+_SET = flags.DEFINE_string('set', 'test', 'Evaluated set (decode_<set>/ in both log directories; an archive '
+                           'holds one decode, of the set its results.json names).')
 _METRICS = flags.DEFINE_list('metrics', ['bleu', 'chrf'], 'bleu and/or chrf.')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to compare; default: all that were evaluated.')
 _RESAMPLES = flags.DEFINE_integer('resamples', 1000, 'Bootstrap resamples.')

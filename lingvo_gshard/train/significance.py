@@ -73,7 +73,10 @@ def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> D
   if not os.path.exists(results_path):
     raise ValueError(f'{results_path}: no such file (not an evaluator result directory)')
   with open(results_path) as f:
-    results = json.load(f)
+    try:
+      results = json.load(f)
+    except ValueError as e:
+      raise ValueError(f'{results_path}: not JSON ({e})') from None
   buckets = _Buckets(results, results_path, languages)
   hyps, refs = {}, {}
   for lang in buckets:
@@ -99,42 +102,63 @@ def LoadArchive(path: str, languages: Optional[Sequence[str]] = None, data_dir: 
   except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as e:
     raise ValueError(f'{path}: not a readable tar of decodes ({type(e).__name__}: {e})') from None
   if 'results.json' not in files:
-    raise ValueError(f'{path}: holds no results.json (not a packed evaluator result directory)')
-  results = json.loads(files['results.json'])
+    raise ValueError(f'{path}: holds no results.json at its top level (not a packed evaluator result directory; '
+                     f'members: {", ".join(sorted(files)[:3]) or "none"}{", ..." if len(files) > 3 else ""})')
   results_path = f'{path}:results.json'
+  try:
+    results = json.loads(files['results.json'])
+  except ValueError as e:
+    raise ValueError(f'{results_path}: not JSON ({e})') from None
   buckets = _Buckets(results, results_path, languages)
   hyps, refs = {}, {}
   for lang in buckets:
     if f'{lang}.hyp' not in files:
-      raise ValueError(f'{path}: holds no {lang}.hyp')
+      raise ValueError(f'{path}: holds no {lang}.hyp (choose the languages it holds with --languages)')
     hyps[lang] = _SplitLines(files[f'{lang}.hyp'])
+    sentences = results['languages'][lang].get('sentences', len(hyps[lang]))
+    if len(hyps[lang]) != sentences:
+      raise ValueError(f'{path}: {lang}.hyp has {len(hyps[lang])} lines, but results.json says {sentences} '
+                       'sentences')
     if f'{lang}.ref' in files:
       refs[lang] = _SplitLines(files[f'{lang}.ref'])
-    if len(hyps[lang]) != results['languages'][lang].get('sentences', len(hyps[lang])):
-      raise ValueError(f'{path}: {lang}.hyp has {len(hyps[lang])} lines, but results.json says '
-                       f'{results["languages"][lang]["sentences"]} sentences')
+      if len(refs[lang]) != sentences:
+        raise ValueError(f'{path}: {lang}.ref has {len(refs[lang])} lines, but {lang}.hyp has {sentences}')
   rebuild = [lang for lang in buckets if lang not in refs]
   if rebuild:
-    split = results.get('set')
-    if not data_dir:
-      raise ValueError(f'{path}: holds no {rebuild[0]}.ref; the references are rebuilt from the corpus the run '
-                       f'was decoded from (--data_dir)')
-    if split not in ('test', 'dev'):
-      raise ValueError(f'{path}: decoded on {split!r}, not a corpus split: its references cannot be rebuilt '
-                       'from a corpus (pack the <lang>.ref files)')
-    corpus = test_sets.FromCorpus(data_dir, split, rebuild, log=lambda line: None)
-    for lang in rebuild:
-      pairs = corpus.pairs.get(lang, [])
-      if len(pairs) < len(hyps[lang]):
-        raise ValueError(f'{data_dir}: {len(pairs)} {split} sentences of {lang!r}, but {path} decoded '
-                         f'{len(hyps[lang])}: not the corpus it was decoded from')
-      refs[lang] = [t.replace('\n', ' ') for _, t in pairs[:len(hyps[lang])]]  # as the evaluator writes them
-      recorded = results['languages'][lang].get('bleu')
-      rescored = evaluator.Bleu(hyps[lang], refs[lang])[0]
-      if recorded is None or abs(rescored - recorded) > 1e-6:
-        raise ValueError(f'{path}: {lang} scores BLEU {rescored:.2f} against the {split} references of '
-                         f'{data_dir}, results.json recorded {recorded}: not the corpus it was decoded from')
+    _RebuildReferences(path, results, hyps, refs, rebuild, data_dir)
   return Decodes(path, hyps, refs, buckets, _Settings(results))
+
+
+def _RebuildReferences(path: str, results: Dict, hyps: Dict[str, List[str]], refs: Dict[str, List[str]],
+                       languages: Sequence[str], data_dir: str):
+  """Fills refs[lang] of `languages` from the corpus split `results` was decoded on, checking that each
+  language's rescored BLEU is the one recorded."""
+  split = results.get('set')
+  if not data_dir:
+    raise ValueError(f'{path}: holds no {languages[0]}.ref; the references are rebuilt from the corpus the run '
+                     'was decoded from (--data_dir)')
+  if split not in ('test', 'dev'):
+    raise ValueError(f'{path}: decoded on {split!r}, not a corpus split: its references cannot be rebuilt from '
+                     'a corpus (pack the <lang>.ref files)')
+  signature = evaluator.Bleu(['a'], ['a'])[1]
+  if results.get('bleu_signature') != signature:
+    raise ValueError(f'{path}: scored with BLEU {results.get("bleu_signature")!r}, this sacrebleu is '
+                     f'{signature!r}: the rebuilt references cannot be checked against its scores (pack the '
+                     '<lang>.ref files, or install the sacrebleu it names)')
+  corpus = test_sets.FromCorpus(data_dir, split, languages, log=lambda line: None)
+  for lang in languages:
+    pairs = corpus.pairs.get(lang, [])[:len(hyps[lang])]  # the evaluator decodes a split's first N sentences
+    if len(pairs) < len(hyps[lang]):
+      raise ValueError(f'{data_dir}: {len(pairs)} {split} sentences of {lang!r}, but {path} decoded '
+                       f'{len(hyps[lang])}: not the corpus it was decoded from')
+    recorded = results['languages'][lang].get('bleu')
+    if not isinstance(recorded, (int, float)):
+      raise ValueError(f'{path}: results.json records no BLEU for {lang!r} to check the rebuilt references by')
+    rescored = evaluator.Bleu(hyps[lang], [t for _, t in pairs])[0]  # the text the evaluator scored
+    if abs(rescored - recorded) > 1e-6:
+      raise ValueError(f'{path}: {lang} scores BLEU {rescored:.2f} against the {split} references of {data_dir}, '
+                       f'results.json recorded {recorded:.2f}: not the corpus it was decoded from')
+    refs[lang] = [t.replace('\n', ' ') for _, t in pairs]  # the lines the evaluator writes to <lang>.ref
 
 
 def Load(path: str, languages: Optional[Sequence[str]] = None, data_dir: str = '') -> Decodes:

@@ -27,7 +27,7 @@ from lingvo_gshard.train import budget as budget_lib
 from lingvo_gshard.train import checkpoints
 
 
-def _Clock(seconds: float) -> str:
+def _Hms(seconds: float) -> str:
   seconds = int(seconds)
   return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
@@ -81,10 +81,11 @@ class Trainer:
   def __init__(self, experiment: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
                data_dir: Optional[str] = None, overrides: str = '', max_steps: Optional[int] = None,
                log: Callable[[str], None] = print, runner: Optional[step_runner.StepRunner] = None,
-               max_train_seconds: Optional[float] = None, clock: Callable[[], float] = time.time):
+               max_train_seconds: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
     """`runner` compiles the steps (default: StepRunner(partitioner), the machine's rule); `max_steps` and
     `max_train_seconds` replace the learner's (after `overrides`). `clock` is what the step timings, the
-    time budget and the recorded wall-clock read (a test advances it instead of sleeping)."""
+    time budget and the recorded wall-clock read; only its differences are used (a test advances it instead
+    of sleeping)."""
     self.exp, self.partitioner, self.logdir, self.log = experiment, partitioner, logdir, log
     self._clock = clock
     self.params = experiment_lib.ExperimentParams(experiment, data_dir or '')
@@ -416,7 +417,7 @@ class Trainer:
                  f'aux {last["aux_loss"]:.3f} lr {last["learning_rate"]:.2e} '
                  f'{last["target_tokens_per_sec"]:.0f} tgt tok/s '
                  + (f'{elapsed / window_steps:.3f} s/step ' if window_steps else '')
-                 + f' elapsed {_Clock(now - began)} eta {_Clock(eta)}')
+                 + f' elapsed {_Hms(now - began)} eta {_Hms(eta)}')
         window_tokens, window_steps, window_start = 0.0, 0, self._clock()
       if step == timed_step:
         timed_since = self._clock()
