@@ -196,10 +196,10 @@ def test_compare_runs_tool(runs):
       'first)')
 
 
-def _Pack(result_dir, archive, names):
+def _Pack(result_dir, archive, names, arcdir=''):
   with tarfile.open(archive, 'w:gz') as tar:
     for name in names:
-      tar.add(os.path.join(result_dir, name), arcname=name)
+      tar.add(os.path.join(result_dir, name), arcname=os.path.join(arcdir, name))
 
 
 @pytest.fixture(name='packed', scope='module')
@@ -257,9 +257,7 @@ def _Variant(tmp_path, name, result_dir, edit=None, hyps=None, arcdir=''):
   for lang, lines in (hyps or {}).items():
     (variant / f'{lang}.hyp').write_text(''.join(line + '\n' for line in lines), encoding='utf-8')
   archive = str(tmp_path / f'{name}.tar.gz')
-  with tarfile.open(archive, 'w:gz') as tar:
-    for member in ['results.json'] + [f'{lang}.hyp' for lang in results['languages']]:
-      tar.add(str(variant / member), arcname=os.path.join(arcdir, member))
+  _Pack(str(variant), archive, ['results.json'] + [f'{lang}.hyp' for lang in results['languages']], arcdir)
   return archive
 
 
