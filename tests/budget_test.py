@@ -91,24 +91,24 @@ def _Run(data_dir, logdir, overrides=''):
 
 
 def test_a_budgeted_run_trains_what_a_fixed_step_count_does(data_dir, tmp_path):
-  fixed, fixed_losses, _ = _Run(data_dir, tmp_path / 'fixed')
+  ten, ten_losses, _ = _Run(data_dir, tmp_path / 'ten', 'learner.max_steps : 10')
   # A budget far larger than the run: decided at the warm-up's end (after step 8: the first step compiles,
-  # 7 are timed), capped at max_steps 14; the timed dev evaluation and the step's recompilation change nothing.
-  budgeted, losses, lines = _Run(data_dir, tmp_path / 'budget', 'learner.max_train_seconds : 100000')
+  # 7 are timed), capped at max_steps 10; the timed dev evaluation and the step's recompilation change nothing.
+  budgeted, losses, lines = _Run(data_dir, tmp_path / 'budget',
+                                 'learner.max_steps : 10; learner.max_train_seconds : 100000')
   record = json.load(open(tmp_path / 'budget' / budget_lib.BUDGET_FILE))
-  assert record['max_steps'] == 14 and record['capped'] and record['decided_at_step'] == 8
+  assert record['max_steps'] == 10 and record['capped'] and record['decided_at_step'] == 8
   assert any('the time budget decides after step 8' in l for l in lines), lines
   assert any(l.startswith('step 9: the train step compiled again') for l in lines), lines
-  assert losses == fixed_losses and sorted(losses) == list(range(1, 15))
-  for name, value in fixed.learner.Weights().items():
+  assert losses == ten_losses and sorted(losses) == list(range(1, 11))
+  for name, value in ten.learner.Weights().items():
     np.testing.assert_array_equal(budgeted.learner.Weights()[name], value, err_msg=name)
-  # A run whose budget was decided before (here: 10 steps) trains to that step from the start, with the
-  # schedule ending there: the same as --max_steps=10 without a budget.
+  # A run whose budget was decided before (here: 10 steps, below the experiment's max_steps 14) trains to
+  # that step from the start, with the schedule ending there: the same as --max_steps=10 without a budget.
   os.makedirs(tmp_path / 'recorded')
   (tmp_path / 'recorded' / budget_lib.BUDGET_FILE).write_text(
       json.dumps({'max_train_seconds': 600, 'max_steps': 10}))
   resumed, resumed_losses, lines = _Run(data_dir, tmp_path / 'recorded', 'learner.max_train_seconds : 600')
-  _, ten_losses, _ = _Run(data_dir, tmp_path / 'ten', 'learner.max_steps : 10')
   assert resumed.Step() == 10 and resumed_losses == ten_losses
   assert any('max_steps 10 (decided before' in l for l in lines), lines
   params = open(tmp_path / 'recorded' / 'params.txt').read()
