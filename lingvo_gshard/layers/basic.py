@@ -133,3 +133,7 @@ class FeedForward(base_layer.BaseLayer):
     h = base_layer.Dropout(h, self.p.relu_dropout_prob, seed, f'{self.path}.relu')
     y = tf.einsum('BLH,HM->BLM', h, tf.cast(self.w.wo, x.dtype))
     return y, tf.constant(0.0), {}
+
+  def ExtendStep(self, x, paddings=None):
+    """One decoding step: x [B,1,M] -> [B,1,M] (the MoE layer's signature; every token is computed)."""
+    return self.FProp(x, paddings)[0]

@@ -34,7 +34,13 @@ class MoELayer(base_layer.BaseLayer):
              "the mesh's group axis). 0: the fewest groups of at most group_size tokens that split them "
              'evenly. Either way G does not depend on the mesh, which must divide it.')
     p.Define('capacity_factor', 2.0, 'Training capacity factor: C = int(S*cf/E) (2.0 = the paper\'s 2S/E).')
-    p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation and decoding.')
+    p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation (teacher-forced FProp without seed).')
+    p.Define('decode_capacity_factor', 0.0,
+             'Capacity factor of ExtendStep (one decoding step); 0: C = S, so no token is ever dropped and '
+             "a translation does not depend on what else shares its batch (fairseq's and NLLB-MoE's "
+             'moe_eval_capacity_token_fraction = 1.0). The tokens of a decoding step all sit at one position '
+             "(the first step: every row's start tag), so they route alike: with training's 2S/E many of "
+             'them overflow the same experts.')
     p.Define('min_capacity', 4, 'Lower bound of C (then rounded up to a multiple of 4).')
     p.Define('gating', 'top2', "'top2' (GShard), 'top1' (Switch) or 'expert_choice'.")
     p.Define('second_expert_policy', 'all',
@@ -106,6 +112,17 @@ class MoELayer(base_layer.BaseLayer):
     return partitioner.mesh.AxisSize(axis) if axis else 1
 
   def FProp(self, x, paddings=None, seed=None):
+    training = seed is not None
+    return self._Route(x, paddings, seed,
+                       capacity_factor=self.p.capacity_factor if training else self.p.eval_capacity_factor)
+
+  def ExtendStep(self, x, paddings=None):
+    """One decoding step: x [B,1,M], paddings [B,1] (1: a token that must claim no capacity: a dead beam, a
+    settled or absent row) -> y [B,1,M], zero where padded. Capacity from decode_capacity_factor."""
+    cf = self.p.decode_capacity_factor
+    return self._Route(x, paddings, None, capacity_factor=cf, whole_group=not cf)[0]
+
+  def _Route(self, x, paddings, seed, capacity_factor, whole_group=False):
     p = self.p
     b, l, m = x.shape
     g, s = self.GroupShape(b * l)
@@ -115,7 +132,7 @@ class MoELayer(base_layer.BaseLayer):
     policy = p.second_expert_policy if training else 'all'
     y, aux, stats = moe.moe_ffn(
         xg, self.w.gate, tf.cast(self.w.wi, x.dtype), tf.cast(self.w.wo, x.dtype),
-        capacity_factor=p.capacity_factor if training else p.eval_capacity_factor,
+        capacity_factor=capacity_factor, capacity=s if whole_group else None,
         dispatch=p.dispatch, gating=p.gating, second_expert_policy=policy, paddings=pg,
         seed=base_layer.FoldSeed(seed, f'{self.path}.route') if policy != 'all' else None,
         activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard,

@@ -62,16 +62,18 @@ class TransformerLayer(base_layer.BaseLayer):
       cache['cross'] = self.cross_atten.InitCache(batch, source=source)
     return cache
 
-  def ExtendStep(self, x, cache, step, self_bias, cross_bias=None):
-    """x: [B,1,M] at position `step` -> ([B,1,M], cache)."""
+  def ExtendStep(self, x, cache, step, self_bias, cross_bias=None, paddings=None):
+    """x: [B,1,M] at position `step` -> ([B,1,M], cache). paddings [B,1] (1 = a token whose output is not
+    used: a dead beam, a settled or absent row) keep such tokens from claiming MoE capacity."""
     y, self_cache = self.self_atten.ExtendStep(self.self_atten_ln(x), cache['self'], self_bias, step=step)
     x = x + y
     new_cache = dict(cache, self=self_cache)
     if self.p.has_cross_attention:
       y, _ = self.cross_atten.ExtendStep(self.cross_atten_ln(x), cache['cross'], cross_bias)
       x = x + y
-    y, _, _ = self.ffn(self.ffn_ln(x), tf.zeros(tf.shape(x)[:2], x.dtype), seed=None)
-    return x + y, new_cache
+    if paddings is None:
+      paddings = tf.zeros(tf.shape(x)[:2], x.dtype)
+    return x + self.ffn.ExtendStep(self.ffn_ln(x), paddings), new_cache
 
 
 class TransformerStack(base_layer.BaseLayer):
@@ -127,10 +129,10 @@ class TransformerStack(base_layer.BaseLayer):
   def InitCache(self, batch, max_len, source=None, dtype=tf.float32) -> List[dict]:
     return [layer.InitCache(batch, max_len, source, dtype) for layer in self.layers]
 
-  def ExtendStep(self, x, caches, step, self_bias, cross_bias=None):
+  def ExtendStep(self, x, caches, step, self_bias, cross_bias=None, paddings=None):
     new_caches = []
     for layer, cache in zip(self.layers, caches):
-      x, cache = layer.ExtendStep(x, cache, step, self_bias, cross_bias)
+      x, cache = layer.ExtendStep(x, cache, step, self_bias, cross_bias, paddings)
       new_caches.append(cache)
     return self.final_ln(x), new_caches
 

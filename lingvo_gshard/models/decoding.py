@@ -76,7 +76,7 @@ def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_
   b = tf.shape(src_ids)[0]
 
   def Body(cache_len, step, ids, prev, done, score, state):
-    log_probs, state = model.ExtendStep(prev, step, state, cache_len)
+    log_probs, state = model.ExtendStep(prev, step, state, cache_len, paddings=done)
     nxt = tf.cast(tf.argmax(log_probs, -1), tf.int32)
     nxt = tf.where(done, eos_id, nxt)
     score += tf.where(done, 0.0, tf.gather(log_probs, nxt, batch_dims=1))
@@ -144,6 +144,11 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   finished ones (T2T's bound: log-probs only fall and the length penalty grows up to LengthPenalty(T), so an
   alive beam's best possible finished score is its log-prob / LengthPenalty(T)). The result is the same as
   running all T steps; only the steps that cannot change it are skipped. `first_cache_len`: see CacheLengths.
+
+  Rows whose source is all padding (src_segment_ids 0) are absent: they do not keep the loop running and their
+  outputs are meaningless. The tokens of absent rows, of rows that can no longer change (the bound above),
+  and of dead beams (the K-1 copies of the first step, beams that fell to -1e9) are padding for the model
+  (ExtendStep's paddings): they claim no MoE expert capacity, which the live tokens of the step need.
   """
   if early_stop and length_alpha < 0:
     raise ValueError(f'length_alpha must be >= 0 with early_stop (got {length_alpha}): the stopping bound '
@@ -163,6 +168,16 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   fin_seq = tf.zeros([b, k, max_len], tf.int32)
   fin_score = tf.fill([b, k], _NEG_INF)
   prev = _Tile(tf.cast(start_ids, tf.int32), k)
+  present = tf.reduce_any(tf.not_equal(src_segment_ids, 0), axis=1)                # [B]
+  max_penalty = LengthPenalty(max_len, length_alpha)
+
+  def Settled(alive_lp, fin_score):
+    """[B] True where no alive beam can still enter the row's K finished ones (see above), or no row."""
+    if length_alpha < 0:  # the bound needs a length penalty that grows with length
+      return tf.logical_not(present)
+    best_alive = tf.reduce_max(alive_lp, 1) / max_penalty        # log-probs are <= 0
+    worst_finished = tf.reduce_min(fin_score, 1)                   # _NEG_INF while a slot is empty
+    return tf.logical_not(present & (best_alive > worst_finished))
 
   def GatherBeams(x, idx):
     """x: [B*K,...], idx: [B,K] beam indices -> [B*K,...]."""
@@ -171,7 +186,8 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
     return tf.reshape(tf.gather(x, idx, batch_dims=1), shape)
 
   def Body(cache_len, step, prev, alive_lp, alive_seq, fin_seq, fin_score, state):
-    log_probs, state = model.ExtendStep(prev, step, state, cache_len)
+    idle = (alive_lp < _NEG_INF / 2) | Settled(alive_lp, fin_score)[:, None]     # [B,K]
+    log_probs, state = model.ExtendStep(prev, step, state, cache_len, paddings=tf.reshape(idle, [-1]))
     if no_repeat_ngram:
       banned = RepeatedNgramBans(tf.reshape(alive_seq, [b * k, max_len]), step, no_repeat_ngram, vocab)
       log_probs = tf.where(banned, _NEG_INF, log_probs)
@@ -200,15 +216,11 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
               for c in state['caches']]
     return step + 1, prev, alive_lp, alive_seq, fin_seq, fin_score, dict(state, caches=caches)
 
-  max_penalty = LengthPenalty(max_len, length_alpha)
-
   def Continue(step, prev, alive_lp, alive_seq, fin_seq, fin_score, state):
     del prev, alive_seq, fin_seq, state
     if not early_stop:
       return step < max_len
-    best_alive = tf.reduce_max(alive_lp, 1) / max_penalty        # [B] (log-probs are <= 0)
-    worst_finished = tf.reduce_min(fin_score, 1)                   # [B]; _NEG_INF while a slot is empty
-    return (step < max_len) & tf.reduce_any(best_alive > worst_finished)
+    return (step < max_len) & tf.logical_not(tf.reduce_all(Settled(alive_lp, fin_score)))
 
   init = (tf.constant(0), prev, alive_lp, alive_seq, fin_seq, fin_score, state)
   out = _SegmentedLoop(Continue, Body, init, lengths)

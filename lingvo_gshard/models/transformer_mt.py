@@ -143,15 +143,18 @@ class TransformerMT(base_layer.BaseLayer):
     cross_bias = tf.where(tf.not_equal(src_segment_ids, 0), 0.0, -1e9)[:, None, None, :]
     return {'caches': caches, 'cross_bias': cross_bias}
 
-  def ExtendStep(self, ids, step, state, max_len):
+  def ExtendStep(self, ids, step, state, max_len, paddings=None):
     """ids: [B] tokens at position `step` -> (log-probs [B,V] for position step+1, new state); max_len is the
-    self-attention caches' length (decoding.CacheLengths: it grows between decode loops)."""
+    self-attention caches' length (decoding.CacheLengths: it grows between decode loops). paddings [B] (1: a
+    row whose output the decoder will not use) keeps those rows' tokens from claiming MoE capacity."""
     ids = ids[:, None]
     positions = tf.fill(tf.shape(ids), step)
     x = self._Embed(self.tgt_emb, ids, positions, None, 'tgt')
     batch = tf.shape(ids)[0]
     self_bias = attention.DecodeStepBias(step, max_len, batch)
-    y, caches = self.decoder.ExtendStep(x, state['caches'], step, self_bias, state['cross_bias'])
+    if paddings is not None:
+      paddings = tf.cast(paddings, x.dtype)[:, None]
+    y, caches = self.decoder.ExtendStep(x, state['caches'], step, self_bias, state['cross_bias'], paddings)
     logits = tf.cast(self.Logits(y), tf.float32)[:, 0, :]
     return tf.nn.log_softmax(logits), dict(state, caches=caches)
 

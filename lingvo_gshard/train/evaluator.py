@@ -161,11 +161,10 @@ class Evaluator:
         chunk.append(order[i])
         i += 1
       ids = np.zeros((rows, length), np.int32)
-      # Rows past the chunk repeat its first sentence: an empty source would be decoded too and, never
-      # emitting eos, would keep the batch from stopping early.
-      for r in range(rows):
-        e = encoded[chunk[r] if r < len(chunk) else chunk[0]]
-        ids[r, :len(e)] = e
+      # Rows past the chunk stay empty: beam search takes a row without source as absent (it neither keeps
+      # the loop running nor claims MoE capacity, as copies of a real sentence would).
+      for r, j in enumerate(chunk):
+        ids[r, :len(encoded[j])] = encoded[j]
       segment = (ids != 0).astype(np.int32)
       positions = np.where(segment, np.arange(length, dtype=np.int32)[None], 0).astype(np.int32)
       hyp = self._Compiled(length)(tf.constant(ids), tf.constant(segment), tf.constant(positions)).numpy()
