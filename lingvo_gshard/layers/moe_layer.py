@@ -36,8 +36,8 @@ class MoELayer(base_layer.BaseLayer):
     p.Define('capacity_factor', 2.0, 'Training capacity factor: C = int(S*cf/E) (2.0 = the paper\'s 2S/E).')
     p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation (teacher-forced FProp without seed).')
     p.Define('decode_capacity_factor', 0.0,
-             'Capacity factor of ExtendStep (one decoding step); 0: C = S, so no token is ever dropped and '
-             "a translation does not depend on what else shares its batch (fairseq's and NLLB-MoE's "
+             'Capacity factor of ExtendStep (one decoding step); 0: C = S, so no token is ever dropped and a '
+             'translation does not depend on what else shares its batch (as Hugging Face NLLB-MoE decodes: '
              'moe_eval_capacity_token_fraction = 1.0). The tokens of a decoding step all sit at one position '
              "(the first step: every row's start tag), so they route alike: with training's 2S/E many of "
              'them overflow the same experts.')
