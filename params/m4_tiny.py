@@ -13,17 +13,18 @@ Two recipes, one class constant block apart (docs/recipe.md has the sweep behind
                                    input and the residual branches only (attention and ReLU dropout cost
                                    more step time than they gave back in steps).
 Both use an 8k source / 4k English SentencePiece vocabulary: the softmax was ~23% of the FLOPs at 8k.
-Where the processor has bfloat16 matmuls (AMX / AVX512_BF16 CPUs, GPUs, TPUs; `core/hardware.py`) activations
-train in bfloat16 with 32 rows a step (the demo 64); elsewhere in float32 with half the rows (1.8x fewer tokens
-a second on the CPU measured). params.txt records the choice; decoding runs float32 either way.
+The experiments leave two choices to the machine they run on (the runtime makes them, `runtime/hardware.py`):
+where the processor has bfloat16 matmuls (AMX / AVX512_BF16 CPUs, GPUs, TPUs) activations train in bfloat16
+with 32 rows a step (the demo 64), elsewhere in float32 with half the rows. params.txt records the choice;
+decoding runs float32 either way.
 """
 from lingvo_gshard.core import experiment
-from lingvo_gshard.core import hardware
 from lingvo_gshard.core import registry
 from lingvo_gshard.core import sharding
 from lingvo_gshard.input import pipeline
 from lingvo_gshard.layers import moe_layer
 from lingvo_gshard.models import transformer_mt
+from lingvo_gshard.utils import paths
 
 
 class M4TinyBase(experiment.Experiment):
@@ -39,16 +40,17 @@ class M4TinyBase(experiment.Experiment):
   DROPOUT = 0.1               # on the embeddings' output and every residual branch
   INNER_DROPOUT = 0.0         # on attention probabilities and the FFN's ReLU (the largest tensors)
   EXPERT_DROPOUT = 0.0        # on the MoE experts' ReLU (Switch Transformer's expert dropout; 0: INNER's)
-  FPROP_DTYPE = 'auto'        # activation dtype; 'auto': bfloat16 where it is fast (core/hardware.py)
-  # Packed rows per step; 0: 32 (~2,300 target tokens) where bfloat16 is fast, else 16. With bfloat16 on an
-  # AMX CPU 32 rows gave 1.31x the tokens/s of 16 (64 no more); in float32 a 32-row step would take twice
-  # the time and put the demo over its 15 minutes.
+  FPROP_DTYPE = 'auto'        # activation dtype; 'auto': the runtime's choice (bfloat16 where it is fast)
+  # Packed rows per step; 0: the runtime picks from AUTO_BATCH_ROWS: (where bfloat16 is fast, elsewhere).
+  # 32 rows are ~2,300 target tokens; a float32 step of 32 rows would take twice as long as a bfloat16 one
+  # and put the demo over its 15 minutes.
   BATCH_ROWS = 0
+  AUTO_BATCH_ROWS = (32, 16)
   MAX_LENGTH = 64             # longest example kept (pieces + eos), either side
   # Sources run ~1.8x as many pieces as their English targets: rows of 128/80 come out ~95% full.
   PACKED_SOURCE_LENGTH = 128
   PACKED_TARGET_LENGTH = 80
-  DATA_DIR = '/tmp/gshard_data'  # what the README's prepare_data command builds; --data_dir overrides
+  DATA_DIR = ''               # '': the default data directory (paths.DefaultDataDir()); --data_dir overrides
   LANGUAGES = ()              # empty: every language of the corpus
   TEMPERATURE = 5.0           # p_l ∝ n_l^(1/T), the M4 setting
   # The recipe: Adafactor (the paper's optimizer) with a schedule that ends where the run does.
@@ -76,7 +78,7 @@ class M4TinyBase(experiment.Experiment):
         name='mt', source_vocab_size=self.SOURCE_VOCAB, target_vocab_size=self.TARGET_VOCAB,
         model_dim=self.MODEL_DIM, num_heads=self.NUM_HEADS, hidden_dim=self.HIDDEN_DIM,
         input_dropout_prob=self.DROPOUT, label_smoothing=self.LABEL_SMOOTHING, aux_loss_weight=0.01,
-        fprop_dtype=hardware.ActivationDtype() if self.FPROP_DTYPE == 'auto' else self.FPROP_DTYPE)
+        fprop_dtype=self.FPROP_DTYPE)
     for stack in (p.encoder, p.decoder):
       stack.num_layers = self.NUM_LAYERS
       stack.layer_tpl.Set(atten_dropout_prob=self.INNER_DROPOUT, residual_dropout_prob=self.DROPOUT)
@@ -98,13 +100,12 @@ class M4TinyBase(experiment.Experiment):
           keep_checkpoint_every_n_hours=0.25)
     return p
 
-  def BatchRows(self) -> int:
-    return self.BATCH_ROWS or (32 if hardware.HasFastBfloat16() else 16)
-
   def _Input(self, split, repeat):
     return pipeline.MTInput.Params().Set(
-        name=split, data_dir=self.DATA_DIR, split=split, languages=list(self.LANGUAGES),
-        temperature=self.TEMPERATURE, repeat=repeat, batch_rows=self.BatchRows(),
+        name=split, data_dir=self.DATA_DIR or paths.DefaultDataDir(), split=split,
+        languages=list(self.LANGUAGES),
+        temperature=self.TEMPERATURE, repeat=repeat, batch_rows=self.BATCH_ROWS,
+        auto_batch_rows=self.AUTO_BATCH_ROWS,
         max_source_length=self.MAX_LENGTH, max_target_length=self.MAX_LENGTH,
         packed_source_length=self.PACKED_SOURCE_LENGTH, packed_target_length=self.PACKED_TARGET_LENGTH,
         vocab=pipeline.VocabParams().Set(kind='separate', source_size=self.SOURCE_VOCAB,
@@ -158,9 +159,7 @@ class _Demo:
   SAVE_INTERVAL = 400
   BETA1 = 0.9
   LEARNING_RATE = 0.05        # the smaller model on twice the rows takes a higher peak than the 2-hour one
-
-  def BatchRows(self) -> int:
-    return 2 * super().BatchRows()  # 64 rows (bfloat16) or 32: small matmuls use the CPU better batched
+  AUTO_BATCH_ROWS = (64, 32)  # twice the 2-hour model's: small matmuls use the CPU better batched
 
 
 @registry.Register

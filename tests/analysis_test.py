@@ -5,12 +5,13 @@ import sys
 
 import pytest
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import registry
 from lingvo_gshard.models import analysis
-from lingvo_gshard.params import gshard_paper
 from lingvo_gshard.models import analysis as model_analysis
+from lingvo_gshard.params import gshard_paper
 
-registry.LoadAll()
+params_lib.LoadAll()
 
 # Counting every declared weight in units of 1: the 512E/2048E rows land +3.2..3.6% and T(96L) +0.6% above
 # Table 1. The two 128E rows are above by more because their experts ALONE exceed the table (128E12L: 6 MoE
@@ -71,7 +72,7 @@ def test_json_output():
 def test_optimizer_state_is_what_the_optimizer_allocates(opt):
   """Analysis counts the optimizer state from the optimizer's own SlotSpecs: equal to the bytes of the slot
   variables a Learner really creates ([E,M,H] experts keep E*(M+H) under Adafactor, not M+H)."""
-  from lingvo_gshard.core import learner as learner_lib  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.runtime import learner as learner_lib  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import optimizers  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import sharding  # pylint: disable=g-import-not-at-top
   exp = registry.Get('M4TinyMoE')

@@ -12,15 +12,17 @@ import sys
 
 import pytest
 
+from lingvo_gshard.campaigns import bilingual_baselines
+from lingvo_gshard.core import sharding
 from lingvo_gshard.data import gettext_m4
 from lingvo_gshard.data import reader
+from lingvo_gshard.eval import dev_eval
 from lingvo_gshard.params import bilingual
-from lingvo_gshard.train import baselines
-from lingvo_gshard.train import checkpoints
-from lingvo_gshard.train import delta_bleu
-from lingvo_gshard.train import dev_eval
+from lingvo_gshard.report import delta_bleu
+from lingvo_gshard.train import dev_metrics
 from lingvo_gshard.train import trainer as trainer_lib
-from lingvo_gshard.core import sharding
+from lingvo_gshard.utils import files
+from lingvo_gshard.utils import provenance
 import input_helpers
 
 SIZES = {'de': 400, 'ru': 200}
@@ -53,7 +55,7 @@ def data_dir(tmp_path_factory):
 
 
 def _Runner(data_dir, root, runs, lines):
-  return baselines.BaselineRunner(str(root), data_dir, str(runs), max_sentences=5, beam_size=2,
+  return bilingual_baselines.BaselineRunner(str(root), data_dir, str(runs), max_sentences=5, beam_size=2,
                                   extra_overrides=TINY, make_experiment=lambda p: _Tiny(data_dir, p.lang),
                                   log=lines.append)
 
@@ -63,7 +65,7 @@ def ran(data_dir, tmp_path_factory):
   """de interrupted at step 2, then a run of [de, a pair with no data, ru]: (root, runs, plans, summary,
   log lines)."""
   root, runs = tmp_path_factory.mktemp('root'), tmp_path_factory.mktemp('runs')
-  plans = baselines.Plan(reader.LoadManifest(data_dir))
+  plans = bilingual_baselines.Plan(reader.LoadManifest(data_dir))
   assert [p.lang for p in plans] == ['de', 'ru']  # largest first
   de, ru = plans
   # A killed pair: its log directory holds a checkpoint at step 2 of 4.
@@ -78,14 +80,14 @@ def ran(data_dir, tmp_path_factory):
 
 
 def test_plans_follow_the_tiers_and_budget(data_dir):
-  plans = baselines.Plan(reader.LoadManifest(data_dir), ['ru'])
+  plans = bilingual_baselines.Plan(reader.LoadManifest(data_dir), ['ru'])
   assert len(plans) == 1 and plans[0].tier == 'small' and plans[0].steps == bilingual.MIN_STEPS
   assert 'task.model_dim : 128' in plans[0].overrides and 'learner.early_stop_patience : 2' in plans[0].overrides
   assert [bilingual.Tier(n)[0] for n in (40000, 30000, 29999, 8000, 7999, 0)] == [
       'large', 'large', 'medium', 'medium', 'small', 'small']
   assert [bilingual.Steps(n) for n in (100, 2500, 3000, 10 ** 6)] == [1500, 1500, 1800, 2000]
   with pytest.raises(ValueError, match='not in the corpus: xx'):
-    baselines.Plan(reader.LoadManifest(data_dir), ['de', 'xx'])
+    bilingual_baselines.Plan(reader.LoadManifest(data_dir), ['de', 'xx'])
 
 
 def test_pairs_train_resume_and_record_their_scores(ran):
@@ -96,7 +98,7 @@ def test_pairs_train_resume_and_record_their_scores(ran):
   for lang in ('de', 'ru'):
     record = json.load(open(runs / f'{lang}.json'))
     # The scores are the evaluator's, of the checkpoint with the lowest dev cross-entropy.
-    best = dev_eval.Best([r for r in dev_eval.ReadDevLog(str(root / lang)) if r['job'] == 'trainer'])
+    best = dev_metrics.Best([r for r in dev_metrics.ReadDevLog(str(root / lang)) if r['job'] == 'trainer'])
     assert record['checkpoint_step'] == best['step'] and record['dev_xent'] == best['xent']
     decoded = json.load(open(root / lang / 'decode_test' / f'ckpt-{best["step"]}' / 'results.json'))
     assert record['bleu'] == decoded['languages'][lang]['bleu']
@@ -129,16 +131,16 @@ def test_a_rerun_skips_finished_pairs(data_dir, ran):
 
 def test_early_stopping_rule():
   rows = [{'step': s, 'xent': x} for s, x in [(100, 3.0), (200, 2.5), (300, 2.6), (400, 2.55)]]
-  assert dev_eval.EarlyStop(rows[:3], patience=2) is None          # too few evaluations
-  why = dev_eval.EarlyStop(rows, patience=2)
+  assert dev_metrics.EarlyStop(rows[:3], patience=2) is None          # too few evaluations
+  why = dev_metrics.EarlyStop(rows, patience=2)
   assert 'best 2.5000 at step 200' in why and 'steps 300-400' in why
-  assert dev_eval.EarlyStop(rows, patience=3) is None               # 2.5 < 3.0
-  assert dev_eval.EarlyStop(rows[:2], patience=1, tolerance=0.4) is None   # 0.5 better than 3.0 - 0.4
-  assert dev_eval.EarlyStop(rows[:2], patience=1, tolerance=0.6)   # not by more than 0.6
-  assert dev_eval.Best(rows)['step'] == 200
-  assert dev_eval.FirstEarlyStop(rows, 2, 0.0, max_steps=1000)[0] == 400
-  assert dev_eval.FirstEarlyStop(rows, 2, 0.0, max_steps=400) is None   # at the budget's end: no early stop
-  assert dev_eval.FirstEarlyStop(rows + [{'step': 500, 'xent': 2.0}], 2, 0.0, 1000)[0] == 400  # the first
+  assert dev_metrics.EarlyStop(rows, patience=3) is None               # 2.5 < 3.0
+  assert dev_metrics.EarlyStop(rows[:2], patience=1, tolerance=0.4) is None   # 0.5 better than 3.0 - 0.4
+  assert dev_metrics.EarlyStop(rows[:2], patience=1, tolerance=0.6)   # not by more than 0.6
+  assert dev_metrics.Best(rows)['step'] == 200
+  assert dev_metrics.FirstEarlyStop(rows, 2, 0.0, max_steps=1000)[0] == 400
+  assert dev_metrics.FirstEarlyStop(rows, 2, 0.0, max_steps=400) is None   # at the budget's end: no early stop
+  assert dev_metrics.FirstEarlyStop(rows + [{'step': 500, 'xent': 2.0}], 2, 0.0, 1000)[0] == 400  # the first
 
 
 def test_training_stops_early_and_a_rerun_does_not_go_on(data_dir, tmp_path):
@@ -177,7 +179,7 @@ def _Corpus(runs):
             'languages': {'aa': {'train': 900, 'test': 10, 'bucket': 'high'},
                           'bb': {'train': 500, 'test': 10, 'bucket': 'medium'},
                           'cc': {'train': 100, 'test': 8, 'bucket': 'low'}}}
-  baselines.WriteJson(str(runs / 'corpus.json'), corpus)
+  files.WriteJson(str(runs / 'corpus.json'), corpus)
   return corpus
 
 
@@ -186,13 +188,13 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   _Corpus(runs)
   sig = {'bleu_signature': 'nrefs:1|tok:13a', 'chrf_signature': 'nrefs:1|nc:6'}
   for lang, bleu, chrf in (('aa', 20.0, 40.0), ('cc', 5.0, 20.0)):  # bb has no baseline
-    baselines.WriteJson(str(runs / 'bilingual' / f'{lang}.json'), dict(
+    files.WriteJson(str(runs / 'bilingual' / f'{lang}.json'), dict(
         sig, lang=lang, bleu=bleu, chrf=chrf, set='test', max_sentences=0, sentences=10 if lang == 'aa' else 8,
         steps_trained=300, wall_clock_s=60.0, commit='abc', **({'data_version': '1.1.0'} if lang == 'aa' else {})))
   # Two evaluated checkpoints of the MoE run: the newer one is the report's; a dev-set piece is ignored.
   logdir = tmp_path / 'moe_run'
   logdir.mkdir()
-  baselines.WriteJson(str(logdir / 'data.json'), {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11',
+  files.WriteJson(str(logdir / 'data.json'), {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11',
                                                   'data_dir': '/data'})
   with open(logdir / 'checkpoints.jsonl', 'w') as f:
     for step, secs, commit in ((100, 50.0, 'c100'), (200, 110.0, 'c200')):
@@ -216,7 +218,7 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
     other = tmp_path / name
     other.mkdir()
     if data:
-      baselines.WriteJson(str(other / 'data.json'), data)
+      files.WriteJson(str(other / 'data.json'), data)
     delta_bleu.AddRun(str(runs), 'moe', str(other), dict(res, step=step, checkpoint=str(other / f'ckpt-{step}')))
 
   (runs / 'commentary.md').write_text('The MoE run wins on aa.\n\n- and on cc.\n')  # the hand-written analysis
@@ -228,7 +230,7 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   assert results['runs']['moe']['checkpoint_step'] == 200 and results['runs']['moe']['wall_clock_s'] == 110.0
   # The commit that trained the reported checkpoint, beside the one that evaluated it.
   assert results['runs']['moe']['train_commit'] == 'c200'
-  assert results['runs']['moe']['commit'] == checkpoints.CodeCommit()
+  assert results['runs']['moe']['commit'] == provenance.CodeCommit()
   assert sorted(r['data'] for r in results['not_compared']) == ['gettext_m4 1.0.0', 'unrecorded']
   assert results['corpus'] == {'name': 'gettext_m4', 'version': '1.1.0', 'fingerprint': 'f11'}
   assert results['bilingual']['data_versions'] == {'1.0.0': 1, '1.1.0': 1}  # unrecorded: before 1.1.0
@@ -244,7 +246,7 @@ def test_report_numbers_equal_its_inputs_and_missing_stay_missing(tmp_path):
   assert ('Not compared (trained on another corpus build): moe ckpt-800 (M4TinyMoE, unrecorded), moe ckpt-900 '
           '(M4TinyMoE, gettext_m4 1.0.0).') in md
   assert '| aa | high | 900 | 20.00 / 40.0 | 22.50 / 45.0 | +2.50 |' in md
-  assert f'| moe | M4TinyMoE | 200 | 200 | 2 min | c200 | {checkpoints.CodeCommit()[:12]} |' in md
+  assert f'| moe | M4TinyMoE | 200 | 200 | 2 min | c200 | {provenance.CodeCommit()[:12]} |' in md
   assert 'moe beats the bilingual baselines on the low-resource bucket | +2.00 | 1 of 1 | yes |' in md
   assert 'dense beats the bilingual baselines on the low-resource bucket | — | 0 of 1 | not measured yet |' in md
   # The commentary follows the targets, under its heading, as written; the tables come after it.

@@ -6,12 +6,13 @@ import os
 import numpy as np
 import pytest
 
-from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import optimizers
 from lingvo_gshard.core import sharding
+from lingvo_gshard.runtime import learner as learner_lib
 from lingvo_gshard.train import budget as budget_lib
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
+from lingvo_gshard.utils import files
 import input_helpers
 import train_step_test
 import trainer_test
@@ -143,12 +144,12 @@ def test_a_machine_slower_than_timed_is_stopped_at_the_budget_end(data_dir, tmp_
   assert 8 < stopped < record['max_steps'] < 5000
   assert budget_lib.FinalStep(record) == stopped and trainer.Step() == stopped
   assert any(l.startswith(f'step {stopped}: the time budget ends') for l in lines), lines[-5:]
-  saved = checkpoints.ReadJsonl(str(tmp_path / checkpoints.CHECKPOINT_LOG))
+  saved = files.ReadJsonl(str(tmp_path / checkpoints.CHECKPOINT_LOG))
   assert saved[-1]['step'] == stopped and record['stopped_at_seconds'] <= 200
   # The rerun (the README's command again) keeps the stopped run as it is.
   again = []
   rerun = trainer_lib.Trainer(_Small(data_dir), sharding.Partitioner('none'), str(tmp_path), overrides=overrides,
                               log=again.append)
   assert rerun.Train() == {}
-  assert checkpoints.ReadJsonl(str(tmp_path / checkpoints.CHECKPOINT_LOG)) == saved  # nothing trained or saved
+  assert files.ReadJsonl(str(tmp_path / checkpoints.CHECKPOINT_LOG)) == saved  # nothing trained or saved
   assert any(f'stopped by the time budget at step {stopped}' in l for l in again), again

@@ -194,7 +194,7 @@ def test_every_tool_with_a_main_is_a_binary(build):
   assert not [p for p in private if p in with_main], 'tools/_*.py get no binary, so must have no main'
   for name, rule in build.binaries.items():
     assert rule['srcs'] == [rule['main']] and name == os.path.basename(rule['main'])[:-len('.py')]
-    assert rule['deps'] == [':lingvo_gshard_tools']  # Which depends on everything registry.LoadAll() imports.
+    assert rule['deps'] == [':lingvo_gshard_tools']  # Which depends on everything params.LoadAll() imports.
 
 
 def _ImportedLibraries(path, build):
@@ -261,3 +261,49 @@ def test_bazel_query_agrees_with_build_evaluation(build, tmp_path):
   expected = {(r.kind, f'//:{r["name"]}') for r in build.rules}
   assert listed == expected
   assert len([k for k, _ in listed if k == 'py_test']) == len(_TestFiles()) > 0
+
+
+def _Closure(build, name, seen=None):
+  seen = set() if seen is None else seen
+  if name not in seen:
+    seen.add(name)
+    for dep in build.libraries[name].get('deps', []):
+      _Closure(build, dep.lstrip(':'), seen)
+  return seen
+
+
+def test_library_graph_has_no_cycle(build):
+  # Depth-first search over LIBRARY_DEPS: a back edge is a cycle (core must never reach up into params, ...).
+  state = {}
+
+  def Visit(name, path):
+    if state.get(name) == 'open':
+      raise AssertionError('dependency cycle: ' + ' -> '.join(path + [name]))
+    if state.get(name) != 'done':
+      state[name] = 'open'
+      for dep in build.libraries[name].get('deps', []):
+        Visit(dep.lstrip(':'), path + [name])
+      state[name] = 'done'
+
+  for name in build.libraries:
+    Visit(name, [])
+  assert len(state) == len(build.libraries)
+
+
+# What only the runtime may know: how steps compile and what the machine is.
+_MACHINE_READS = ('/proc/cpuinfo', 'list_physical_devices', 'cpu_count', 'platform.machine', 'HasFastBfloat16',
+                  'ActivationDtype', 'CpuFlags', 'lingvo_gshard.runtime', '.backend ==', "backend == 'none'")
+
+
+@pytest.mark.parametrize('library', ['lingvo_gshard_core', 'lingvo_gshard_layers', 'lingvo_gshard_models',
+                                     'lingvo_gshard_params'])
+def test_models_and_experiments_never_reach_the_runtime_or_the_machine(build, library):
+  assert 'lingvo_gshard_runtime' not in _Closure(build, library)
+  for path in build.libraries[library]['srcs']:
+    assert 'lingvo_gshard_runtime' not in _ImportedLibraries(path, build), path
+    with open(os.path.join(_REPO, path)) as f:
+      code = f.read()
+    # core's partitioner is where backends are defined; layers, models and experiments only use it.
+    found = [token for token in _MACHINE_READS if token in code] if library != 'lingvo_gshard_core' else []
+    assert not found, f'{path} reads how it runs or the machine ({", ".join(found)}): that is the runtime\'s'
+  assert 'lingvo_gshard_runtime' in _Closure(build, 'lingvo_gshard_train')  # the check sees real edges

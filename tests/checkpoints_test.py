@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_gshard.core import learner
 from lingvo_gshard.core import optimizers
 from lingvo_gshard.core import sharding
 from lingvo_gshard.layers import moe_layer
+from lingvo_gshard.runtime import learner
 from lingvo_gshard.train import checkpoints
 import train_step_test
 

@@ -3,8 +3,24 @@
 Eight virtual CPU devices back the mesh tests (DTensor meshes 8, 2x4, 4x2). They must be configured before
 TensorFlow runs any op, so it happens here, at collection time, before a test module is imported. Single-device
 code keeps running on CPU:0 as usual.
+
+No test may depend on what the machine holds outside the test's own temporary directories: before anything
+else, HOME and the default data directory ($LINGVO_GSHARD_DATA_DIR, else /tmp/gshard_data) point at empty
+directories made for this process, so a test that reads a corpus someone built into /tmp, or a cache under
+~, fails here as it would on a fresh machine (tests/fresh_machine_test.py checks that this holds).
 """
+import atexit
 import os
+import shutil
+import tempfile
+
+ISOLATED_ROOT = tempfile.mkdtemp(prefix='lingvo_gshard_tests_')
+atexit.register(shutil.rmtree, ISOLATED_ROOT, ignore_errors=True)
+for _name in ('home', 'data'):
+  os.makedirs(os.path.join(ISOLATED_ROOT, _name))
+os.environ['HOME'] = os.path.join(ISOLATED_ROOT, 'home')
+os.environ['LINGVO_GSHARD_DATA_DIR'] = os.path.join(ISOLATED_ROOT, 'data')
+os.environ['LINGVO_GSHARD_ISOLATED_ROOT'] = ISOLATED_ROOT  # for the check, and inherited by subprocesses
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 

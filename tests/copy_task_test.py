@@ -7,11 +7,11 @@ search, with and without the beam's early stop.
 import numpy as np
 import tensorflow as tf
 
-from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import optimizers
 from lingvo_gshard.core import sharding
 from lingvo_gshard.models import decoding
 from lingvo_gshard.models import transformer_mt
+from lingvo_gshard.runtime import learner as learner_lib
 
 VOCAB, EOS, TAG, LENGTH = 24, 1, 2, 12   # tokens 3..23 are data
 

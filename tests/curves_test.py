@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from lingvo_gshard.train import curves
+from lingvo_gshard.report import curves
 
 
 def _FakeRun(root, evaluated, dev_xent=()):

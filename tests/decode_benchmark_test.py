@@ -27,7 +27,8 @@ def test_both_decoders_force_the_same_length(data_dir):
   from lingvo_gshard.bench import decode
   from lingvo_gshard.core import experiment
   from lingvo_gshard.core import registry
-  registry.LoadAll()
+  from lingvo_gshard import params as params_lib
+  params_lib.LoadAll()
   root = experiment.ExperimentParams(registry.Get('M4TinyMoE'), data_dir)
   experiment.ApplyOverrides(root, _TINY)
   ours = decode.Ours(root, beam_size=2, length=7)

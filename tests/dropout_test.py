@@ -121,7 +121,7 @@ def test_dtensor_sharded_dropout(mesh, axes):
   """On a mesh each shard draws its own bits (DTensor's stateless RNG), so masks differ from one device's;
   the rate and the scale hold."""
   from lingvo_gshard.core import sharding  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.core import step_runner  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.runtime import step_runner  # pylint: disable=g-import-not-at-top
   rate = 0.3
   x = np.ones([8, 64, 32], np.float32)
   partitioner = sharding.Partitioner('dtensor', mesh)

@@ -12,9 +12,9 @@ import sacrebleu
 from lingvo_gshard.core import sharding
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report
+from lingvo_gshard.eval import evaluator
+from lingvo_gshard.eval import heldout
 from lingvo_gshard.input import tokenizer
-from lingvo_gshard.train import evaluator
-from lingvo_gshard.train import test_sets
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import trainer as trainer_lib
 from trainer_test import _SmallMoE
@@ -65,7 +65,7 @@ def test_restores_the_run_with_its_overrides_and_writes_aligned_files(data_dir, 
   ev = evaluator.Evaluator(_SmallMoE(data_dir), run, beam_size=2, log=lambda line: None)
   assert ev.params.task.encoder.num_layers == 3
   assert len([n for n, _ in ev.model.IterVariables() if 'encoder.layers_2.' in n]) > 0
-  res = ev.Evaluate(test_sets.FromCorpus(data_dir, 'test', max_sentences=10, log=lambda line: None), examples=2)
+  res = ev.Evaluate(heldout.FromCorpus(data_dir, 'test', max_sentences=10, log=lambda line: None), examples=2)
   manifest = reader.LoadManifest(data_dir)
   assert set(res['languages']) == set(manifest['languages'])
   out_dir = ev.ResultDir('test')
@@ -93,10 +93,10 @@ def test_results_are_merged_not_overwritten(data_dir, run, tmp_path):
   tsv.mkdir()
   pairs = reader.Pairs(data_dir, 'ru', 'test')[:5]
   (tsv / 'ru.tsv').write_text(''.join(f'{s}\t{t}\n' for s, t in pairs), encoding='utf-8')
-  ev.Evaluate(test_sets.FromTsvDir(str(tsv), ['de', 'ru']))
+  ev.Evaluate(heldout.FromTsvDir(str(tsv), ['de', 'ru']))
   (tsv / 'ru.tsv').unlink()
   (tsv / 'de.tsv').write_text('Hallo\tHello\n', encoding='utf-8')
-  res = ev.Evaluate(test_sets.FromTsvDir(str(tsv), ['de', 'ru']))
+  res = ev.Evaluate(heldout.FromTsvDir(str(tsv), ['de', 'ru']))
   assert set(res['languages']) == {'de', 'ru'} and res['languages']['ru']['sentences'] == 5
   stored = json.load(open(os.path.join(ev.ResultDir('tsv-ui'), 'results.json')))
   assert set(stored['languages']) == {'de', 'ru'} and stored['set'] == 'tsv-ui'
@@ -104,7 +104,7 @@ def test_results_are_merged_not_overwritten(data_dir, run, tmp_path):
   lines = []
   other = evaluator.Evaluator(_SmallMoE(data_dir), run, beam_size=3, log=lines.append)
   with pytest.raises(ValueError, match=r'holds results of beam 1, alpha 0.6, no-repeat n-gram 0; not merging beam 3'):
-    other.Evaluate(test_sets.FromTsvDir(str(tsv), ['de', 'ru']))
+    other.Evaluate(heldout.FromTsvDir(str(tsv), ['de', 'ru']))
   assert not [l for l in lines if 'decod' in l], lines
 
 
@@ -126,17 +126,17 @@ def test_tsv_errors_name_file_and_line(tmp_path):
   d.mkdir()
   (d / 'de.tsv').write_text('a\tb\nc\td\te\n', encoding='utf-8')
   with pytest.raises(report.DataError, match=r'de\.tsv:2: expected 2 tab-separated columns .*got 3'):
-    test_sets.FromTsvDir(str(d), ['de'])
+    heldout.FromTsvDir(str(d), ['de'])
   (d / 'de.tsv').write_bytes(b'a\tb\nok\tfine\n\xff\xfe\tx\n')
   with pytest.raises(report.DataError, match=r'de\.tsv:3: not UTF-8'):
-    test_sets.FromTsvDir(str(d), ['de'])
+    heldout.FromTsvDir(str(d), ['de'])
   (d / 'de.tsv').write_text('a\tb\n', encoding='utf-8')
   (d / 'xx.tsv').write_text('a\tb\n', encoding='utf-8')
   with pytest.raises(report.DataError, match=r"xx\.tsv:1: unknown language 'xx'"):
-    test_sets.FromTsvDir(str(d), ['de'])
+    heldout.FromTsvDir(str(d), ['de'])
   (d / 'xx.tsv').unlink()
   (d / 'ru.tsv').write_text('\n\n', encoding='utf-8')
-  ts = test_sets.FromTsvDir(str(d), ['de', 'ru'])
+  ts = heldout.FromTsvDir(str(d), ['de', 'ru'])
   assert list(ts.pairs) == ['de'] and ts.skipped == {'empty files': 1}
 
 

@@ -189,8 +189,10 @@ def test_errors_are_one_line_and_name_the_problem(data_dir, tmp_path):
   with pytest.raises(report.DataError, match=_OneLine(r'need 1 <= max_target_length \(64\) <= '
                                                       r'packed_target_length \(32\) when packing')):
     _Input(data_dir, max_target_length=64, packed_target_length=32)
-  with pytest.raises(report.DataError, match=_OneLine('batch_rows must be >= 1, got 0')):
-    _Input(data_dir, batch_rows=0)
+  with pytest.raises(report.DataError, match=_OneLine('batch_rows must be >= 1, got -1')):
+    _Input(data_dir, batch_rows=-1)
+  with pytest.raises(report.DataError, match=_OneLine('batch_rows is 0 .the runtime chooses it')):
+    _Input(data_dir, batch_rows=0)  # an experiment's "auto" that nobody resolved
   with pytest.raises(report.DataError, match=_OneLine(r"unknown split 'valid' \(have: train, dev, test\)")):
     _Input(data_dir, split='valid')
   with pytest.raises(report.DataError, match=_OneLine(r'spm_shared_600.model: trained with temperature=5.0, '

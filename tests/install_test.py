@@ -22,7 +22,7 @@ def test_regular_install_outside_repo(tmp_path):
   code = ('import lingvo_gshard, lingvo_gshard.params, lingvo_gshard.data, lingvo_gshard.tools.list_models\n'
           'from lingvo_gshard.core import registry\n'
           'print(lingvo_gshard.params.__file__)\n'
-          'print(len(registry.LoadAll().Keys()))\n')
+          'print(len(lingvo_gshard.params.LoadAll().Keys()))\n')
   env = dict(os.environ, PYTHONPATH=str(target))
   run = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)

@@ -56,7 +56,7 @@ def test_rules_first_unused_axis_wins():
 
 def test_tpu_device_mesh():
   # Connecting to a TPU needs one (and the network); the mesh logic around it is checked here.
-  from lingvo_gshard.core import tpu
+  from lingvo_gshard.runtime import tpu
   mesh = mesh_lib.MeshSpec.Parse('data:2,expert:4')
   assert tpu.TPUDeviceMesh(mesh, 8).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
   with pytest.raises(tpu.TPUError, match='mesh data:2,expert:4 has 8 devices; this TPU has 32 cores'):

@@ -8,10 +8,13 @@ import sys
 
 import pytest
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.bench import steps
 from lingvo_gshard.bench import timing
+from lingvo_gshard.core import experiment
 from lingvo_gshard.core import registry
 from lingvo_gshard.models import analysis
+from lingvo_gshard.runtime import hardware
 
 
 def test_tool_reports_consistent_figures(tmp_path):
@@ -21,9 +24,11 @@ def test_tool_reports_consistent_figures(tmp_path):
                   f'--json={out}'], check=True, capture_output=True, text=True)
   results = json.loads(out.read_text())
   [train], [decode] = results['train'], results['decode']
-  registry.LoadAll()
+  params_lib.LoadAll()
   exp = registry.Get('M4TinyDense')
-  inp = exp.Train()
+  root = experiment.ExperimentParams(exp)
+  hardware.ResolveAuto(root)  # the rows the benchmark's subprocess resolved on this machine
+  inp = root.input.train
   assert (train['rows'], train['src_length'], train['length']) == (
       inp.batch_rows, inp.packed_source_length, inp.packed_target_length)
   # FLOPs per step = 3 x forward FLOPs of the source and target tokens (models/analysis.py).

@@ -5,11 +5,12 @@ prints its params, and resolves every weight's layout on the experiment's defaul
 """
 import pytest
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import experiment
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import registry
 
-_KEYS = registry.LoadAll().Keys()
+_KEYS = params_lib.LoadAll().Keys()
 
 
 @pytest.mark.parametrize('name', _KEYS)

@@ -8,9 +8,9 @@ from tensorflow.experimental import dtensor
 
 from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import basic
 from lingvo_gshard.layers import moe_layer
+from lingvo_gshard.runtime import step_runner
 
 B, L, M, H = 8, 16, 16, 32
 

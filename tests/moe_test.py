@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from lingvo_gshard.layers import gating
 from lingvo_gshard.layers import moe
-from lingvo_gshard.core import step_runner
+from lingvo_gshard.runtime import step_runner
 
 G, S, M, H, E = 2, 16, 8, 12, 4
 RTOL = 1e-5

@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import experiment
 from lingvo_gshard.core import registry
 
@@ -59,7 +60,7 @@ def test_list_models_tool_runs_outside_the_repo(tmp_path):
   out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.list_models'], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr
-  keys = registry.LoadAll().Keys()
+  keys = params_lib.LoadAll().Keys()
   listed = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
   assert listed == keys
   bad = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.list_models', '--params=NoSuchModel'],

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
+from lingvo_gshard.runtime import step_runner
 
 G, S, M, E, H = 8, 4, 8, 8, 16
 

@@ -4,7 +4,7 @@ import re
 import numpy as np
 
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
+from lingvo_gshard.runtime import step_runner
 import sharding_model_fixture as fx
 
 

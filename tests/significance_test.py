@@ -12,9 +12,9 @@ import tarfile
 import numpy as np
 import pytest
 
-from lingvo_gshard.train import evaluator
-from lingvo_gshard.train import significance
-from lingvo_gshard.train import test_sets
+from lingvo_gshard.eval import evaluator
+from lingvo_gshard.eval import heldout
+from lingvo_gshard.report import significance
 import input_helpers
 
 _WORDS = ('the file could not be opened because it is missing a folder name on this disk for now '
@@ -209,7 +209,7 @@ def _Packed(tmp_path_factory):
   docs/m4_tiny/runs/hypotheses/ keeps decodes: results.json and the hypotheses only."""
   root = tmp_path_factory.mktemp('packed')
   data_dir = input_helpers.BuildCorpus(str(root / 'corpus'))
-  corpus = test_sets.FromCorpus(data_dir, 'test', log=lambda line: None)
+  corpus = heldout.FromCorpus(data_dir, 'test', log=lambda line: None)
   assert len(corpus.pairs['de']) > 25
   rng = np.random.default_rng(5)
   result_dir = root / 'run' / 'decode_test' / 'ckpt-100'

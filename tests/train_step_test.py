@@ -4,11 +4,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from lingvo_gshard.core import learner
 from lingvo_gshard.core import optimizers
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import moe_layer
+from lingvo_gshard.runtime import learner
+from lingvo_gshard.runtime import step_runner
 import mt_model_test
 
 

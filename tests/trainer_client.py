@@ -38,7 +38,7 @@ import trainer_faults_test  # pylint: disable=g-import-not-at-top
 
 exp = (trainer_faults_test._Deterministic if args.deterministic else trainer_faults_test._Exp)(args.data_dir)  # pylint: disable=protected-access
 if args.decode:
-  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import decode_job  # pylint: disable=g-import-not-at-top
   decode_job.Decode(exp, args.logdir, args.data_dir, 'test', **trainer_faults_test.DECODE_ARGS,
                     log=lambda line: print(line, flush=True))
   sys.exit(0)

@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingvo_gshard.core import learner as learner_lib
+from lingvo_gshard.core import experiment
 from lingvo_gshard.core import sharding
-from lingvo_gshard.train import dev_eval
+from lingvo_gshard.eval import dev_eval
+from lingvo_gshard.runtime import hardware
+from lingvo_gshard.runtime import learner as learner_lib
 from lingvo_gshard.train import checkpoints
+from lingvo_gshard.train import dev_metrics
 from lingvo_gshard.train import trainer as trainer_lib
 import loopback
 import trainer_test
@@ -122,7 +125,7 @@ DECODE_ARGS = dict(languages=['de'], max_sentences=3, beam_size=2)
 def test_kill_9_during_decode_loses_no_result(data_dir, whole, tmp_path):
   """A decode killed mid-way (the trainer's --mode=decode path, in its own process) leaves the earlier
   results.json of that checkpoint as it was, and a rerun writes the same scores."""
-  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import decode_job  # pylint: disable=g-import-not-at-top
   logdir = _Copy(whole[0], tmp_path)
   first, ev, ts, _ = decode_job.Decode(_Exp(data_dir), str(logdir), data_dir, 'test', **DECODE_ARGS,
                                        log=lambda l: None)
@@ -252,10 +255,11 @@ def test_a_nan_loss_stops_at_its_step_without_saving(data_dir, tmp_path):
 
 
 def test_skip_nonfinite_leaves_the_weights_as_they_were(data_dir):
-  exp = _Exp(data_dir)
-  learner = learner_lib.Learner(exp.Task(), exp.Learner().optimizer, sharding.Partitioner('none'),
+  root = experiment.ExperimentParams(_Exp(data_dir))
+  hardware.ResolveAuto(root)  # the dtype the trainer would train with here
+  learner = learner_lib.Learner(root.task, root.learner.optimizer, sharding.Partitioner('none'),
                                 skip_nonfinite=True)
-  batch = next(iter(exp.Train().Instantiate(log=lambda l: None).Dataset()))
+  batch = next(iter(root.input.train.Instantiate(log=lambda l: None).Dataset()))
   batch = {k: v.numpy() for k, v in batch.items()}
   learner.TrainStep(batch)
   before = learner.Weights()
@@ -271,7 +275,7 @@ def test_the_evaler_scores_every_checkpoint_like_the_training_loop(data_dir, who
   logdir, lines = whole
   evaler = dev_eval.DevEvaler(_Exp(data_dir), sharding.Partitioner('none'), str(logdir), log=lambda l: None)
   assert evaler.Watch(timeout=0) == 2  # ckpt-3 and ckpt-6, then it stops: 6 is max_steps
-  rows = [json.loads(l) for l in open(logdir / dev_eval.DEV_LOG)]
+  rows = [json.loads(l) for l in open(logdir / dev_metrics.DEV_LOG)]
   assert [(r['step'], r['job']) for r in rows] == [(3, 'trainer'), (6, 'trainer'), (3, 'evaler'), (6, 'evaler')]
   rows = rows[2:]
   in_loop = {int(l.split()[1]): float(l.split()[4]) for l in lines if 'dev loss' in l}
@@ -286,8 +290,8 @@ def test_the_dev_batches_read_once_are_the_ones_every_evaluation_would_read(data
   """The trainer and the evaler read the dev batches at their first evaluation and score those at every
   later one: that equals rebuilding the input each time only because the dev input is deterministic."""
   dev = _Exp(data_dir).Dev()
-  first, again = dev_eval.DevBatches(dev, 3), dev_eval.DevBatches(dev, 3)
-  assert len(first) == 3 and len(dev_eval.DevBatches(dev, 1)) == 1
+  first, again = dev_metrics.DevBatches(dev, 3), dev_metrics.DevBatches(dev, 3)
+  assert len(first) == 3 and len(dev_metrics.DevBatches(dev, 1)) == 1
   for a, b in zip(first, again):
     assert sorted(a) == sorted(b) and (a['src_segment_ids'] > 0).any()
     for k in a:

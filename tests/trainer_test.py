@@ -15,9 +15,11 @@ import tensorflow as tf
 
 from lingvo_gshard.bench import steps as steps_lib
 from lingvo_gshard.core import sharding
-from lingvo_gshard.train import checkpoints
-from lingvo_gshard.train import trainer as trainer_lib
 from lingvo_gshard.params import m4_tiny
+from lingvo_gshard.train import checkpoints
+from lingvo_gshard.train import corpus_identity
+from lingvo_gshard.train import trainer as trainer_lib
+from lingvo_gshard.utils import provenance
 import input_helpers
 
 
@@ -99,21 +101,21 @@ def test_train_writes_logs_and_resumes(data_dir, trained):
   assert [r['step'] for r in rows] == [3, 6, 8] and [r['checkpoint'] for r in rows] == ['ckpt-3', 'ckpt-6', 'ckpt-8']
   assert 0 < rows[0]['train_seconds'] < rows[1]['train_seconds'] < rows[2]['train_seconds']
   # ... and the code that trained it (a resumed run may change code between its stretches).
-  assert [r['commit'] for r in rows] == [checkpoints.CodeCommit()] * 3
-  assert checkpoints.TrainCommits(logdir) == {f'ckpt-{s}': checkpoints.CodeCommit() for s in (3, 6, 8)}
+  assert [r['commit'] for r in rows] == [provenance.CodeCommit()] * 3
+  assert checkpoints.TrainCommits(logdir) == {f'ckpt-{s}': provenance.CodeCommit() for s in (3, 6, 8)}
 
 
 def test_a_run_records_its_corpus_build_and_refuses_to_resume_on_another(data_dir, trained, tmp_path):
   logdir = trained[0]
   manifest = json.load(open(os.path.join(data_dir, 'manifest.json')))
-  data = json.load(open(os.path.join(logdir, checkpoints.DATA_FILE)))
+  data = json.load(open(os.path.join(logdir, corpus_identity.DATA_FILE)))
   assert data == {'name': manifest['name'], 'version': manifest['version'], 'fingerprint': manifest['fingerprint'],
                   'data_dir': os.path.abspath(data_dir)}
   # The same run, as if trained on another build (a rebuilt corpus has other vocabularies): refused in one
   # line before anything in the log directory is rewritten.
   other = str(tmp_path / 'run')
   shutil.copytree(logdir, other)
-  with open(os.path.join(other, checkpoints.DATA_FILE), 'w') as f:
+  with open(os.path.join(other, corpus_identity.DATA_FILE), 'w') as f:
     json.dump(dict(data, version='0.9.0', fingerprint='0ld' * 10), f)
   params_before = open(os.path.join(other, 'params.txt')).read()
   with pytest.raises(ValueError, match=r'data.json: this run trained on gettext_m4 0.9.0 \(fingerprint 0ld0ld'):
@@ -122,8 +124,8 @@ def test_a_run_records_its_corpus_build_and_refuses_to_resume_on_another(data_di
   # Without checkpoints the directory holds no weights to mismatch: a fresh run may reuse it.
   empty = tmp_path / 'fresh'
   empty.mkdir()
-  shutil.copy(os.path.join(other, checkpoints.DATA_FILE), empty)
-  checkpoints.CheckData(str(empty), data, resuming=False)
+  shutil.copy(os.path.join(other, corpus_identity.DATA_FILE), empty)
+  corpus_identity.CheckData(str(empty), data, resuming=False)
 
 
 def test_same_seed_gives_the_same_first_20_losses(data_dir, tmp_path):

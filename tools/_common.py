@@ -33,7 +33,7 @@ def UserErrors() -> Tuple[Type[BaseException], ...]:
   from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.core import tpu  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.runtime import tpu  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import checkpoints  # pylint: disable=g-import-not-at-top
   return (registry.RegistryError, mesh_lib.MeshError, hyperparams.ParamsError, report.DataError, ValueError,
@@ -43,7 +43,8 @@ def UserErrors() -> Tuple[Type[BaseException], ...]:
 def Experiment(name: str):
   """The registered experiment `name` (every params module loaded first); RegistryError names the closest."""
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
-  registry.LoadAll()
+  from lingvo_gshard import params as params_lib  # pylint: disable=g-import-not-at-top
+  params_lib.LoadAll()
   return registry.Get(name)
 
 

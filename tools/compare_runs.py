@@ -12,13 +12,13 @@ without @CHECKPOINT the newest evaluated one), or such a directory packed as a .
 all of them, the mean per-language score of each run, B - A, its 95% paired-bootstrap interval and the share
 of resamples in which B was ahead (train/significance.py); --json adds the same per language.
 """
-import json
 import os
 
 from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _A = flags.DEFINE_string('a', None, 'NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz: the reference run.')
 _B = flags.DEFINE_string('b', None, 'NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE.tar.gz: the run compared with it.')
@@ -39,8 +39,8 @@ def _Fail(message):
 
 def _ResultDir(flag, spec):
   """(name, result directory or archive) of a NAME=LOGDIR[@CHECKPOINT] or NAME=ARCHIVE flag value."""
-  from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import significance  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.report import significance  # pylint: disable=g-import-not-at-top
   name, logdir, ckpt = _common.RunSpec('compare_runs', flag, spec, significance.ARCHIVE_SUFFIXES)
   if logdir.endswith(significance.ARCHIVE_SUFFIXES):
     if not os.path.isfile(logdir):
@@ -63,8 +63,8 @@ def main(argv):
   _common.QuietLogs()  # TFDS logs a line per language split it opens to rebuild an archive's references
   if _RESAMPLES.value < 10:
     _Fail(f'--resamples must be >= 10, got {_RESAMPLES.value}')
-  from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import significance  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.report import significance  # pylint: disable=g-import-not-at-top
   for metric in _METRICS.value:
     if metric not in evaluator.METRICS:
       _Fail(f'--metrics: unknown metric {metric!r}; one of {", ".join(evaluator.METRICS)}')
@@ -83,10 +83,7 @@ def main(argv):
   except _common.UserErrors() as e:
     _Fail(str(e))
   if _JSON.value:
-    tmp = _JSON.value + '.tmp'
-    with open(tmp, 'w') as f:
-      json.dump(out, f, indent=1)
-    os.replace(tmp, _JSON.value)
+    files.WriteJson(_JSON.value, out, sort_keys=False)
     print(f'wrote {_JSON.value}')
   return 0
 

@@ -14,13 +14,15 @@ import sys
 from absl import app
 from absl import flags
 
+from lingvo_gshard.utils import paths
+
 _MODEL = flags.DEFINE_string('model', 'M4TinyMoE', 'Experiment whose shape both sides take.')
 _OVERRIDES = flags.DEFINE_string(
     'model_params_override',
     'task.target_vocab_size : 8000; task.encoder.moe_tpl.hidden_dim : 1024; task.decoder.moe_tpl.hidden_dim : '
     '1024', 'Overrides of the experiment for the shared shape (default: experts as wide as the dense FFN and '
     'an 8k vocabulary on both sides, the issue\'s D256 F1024 E16 V8000 shape; HF NLLB-MoE has one).')
-_DATA_DIR = flags.DEFINE_string('data_dir', '/tmp/gshard_data', 'Built corpus (prepare_data).')
+_DATA_DIR = flags.DEFINE_string('data_dir', paths.DefaultDataDir(), 'Built corpus (prepare_data).')
 _LANGUAGES = flags.DEFINE_list('languages', ['fr', 'de', 'ru', 'es', 'ja', 'zh-CN', 'pl', 'uk'],
                                'Languages whose test sentences are decoded.')
 _SENTENCES = flags.DEFINE_integer('sentences', 16, 'Sentences per language.')
@@ -53,18 +55,21 @@ def main(argv):
   from lingvo_gshard.core import hyperparams  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import test_sets  # pylint: disable=g-import-not-at-top
-  registry.LoadAll()
+  from lingvo_gshard.eval import heldout  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.runtime import hardware  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard import params as params_lib  # pylint: disable=g-import-not-at-top
+  params_lib.LoadAll()
   try:
     root = experiment.ExperimentParams(registry.Get(_MODEL.value), _DATA_DIR.value)
     experiment.ApplyOverrides(root, _OVERRIDES.value)
+    hardware.ResolveAuto(root)
     ours = decode.Ours(root, _BEAM.value, _LENGTH.value)
     if 'test' not in root.input:
       raise ValueError(f'{_MODEL.value} has no Test() input to take sentences from')
     inp = root.input.test
     # The experiment's trained source vocabulary; its ids are folded into the model's (HF's one) vocabulary.
     src_vocab, _ = inp.Instantiate(log=lambda line: None).Vocabularies()
-    ts = test_sets.FromCorpus(_DATA_DIR.value, 'test', _LANGUAGES.value, _SENTENCES.value, log=lambda l: None)
+    ts = heldout.FromCorpus(_DATA_DIR.value, 'test', _LANGUAGES.value, _SENTENCES.value, log=lambda l: None)
   except (registry.RegistryError, report.DataError, hyperparams.ParamsError, ValueError) as e:
     print(f'decode_benchmark: {e}', file=sys.stderr)
     return 1

@@ -102,8 +102,8 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   _CheckFlags()
   _common.QuietLogs()
-  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import decode_job  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
   log = lambda line: print(line, flush=True)
   try:
     exp = _common.Experiment(_MODEL.value)

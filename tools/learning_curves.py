@@ -31,7 +31,7 @@ _METRIC = flags.DEFINE_enum('metric', 'bleu', ['bleu', 'xent', 'loss'], 'bleu: B
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  from lingvo_gshard.train import curves  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.report import curves  # pylint: disable=g-import-not-at-top
   runs = {}
   for item in _RUNS.value:
     name, sep, logdir = item.partition('=')
@@ -64,7 +64,7 @@ def main(argv):
 
 def _DevLoss(runs, metric):
   """The --metric=xent|loss report: a table by step, one column per run and its gap to the first run."""
-  from lingvo_gshard.train import curves  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.report import curves  # pylint: disable=g-import-not-at-top
   names = list(runs)
   for name, points in runs.items():
     if not points:

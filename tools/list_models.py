@@ -7,6 +7,7 @@ With --params, prints that experiment's full task params as `a.b.c : value` text
 from absl import app
 from absl import flags
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import registry
 
 _FILTER = flags.DEFINE_string('filter', '', 'Only list experiments whose name contains this text.')
@@ -14,7 +15,7 @@ _PARAMS = flags.DEFINE_string('params', '', 'Print the task params of this exper
 
 
 def ListModels(name_filter: str = '') -> str:
-  reg = registry.LoadAll()
+  reg = params_lib.LoadAll()
   rows = [(key, reg.GetClass(key).Summary()) for key in reg.Keys() if name_filter.lower() in key.lower()]
   width = max((len(k) for k, _ in rows), default=0)
   return '\n'.join(f'{k:<{width}}  {s}' for k, s in rows)
@@ -24,7 +25,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if _PARAMS.value:
-    registry.LoadAll()
+    params_lib.LoadAll()
     try:
       exp = registry.Get(_PARAMS.value)
     except registry.RegistryError as e:

@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _RUNS_DIR = flags.DEFINE_string('runs_dir', 'docs/m4_tiny/runs', 'The committed pieces (corpus.json, '
                                 'bilingual/, multilingual/).')
@@ -55,8 +56,8 @@ def main(argv):
   except ImportError:
     _Fail('the plot needs matplotlib (pip install matplotlib, or the [plots] extra)')
   from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import delta_bleu  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import evaluator  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.report import delta_bleu  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
   try:
     if _DATA_DIR.value:
       print(f'wrote {delta_bleu.WriteCorpus(_RUNS_DIR.value, reader.LoadManifest(_DATA_DIR.value))}')
@@ -77,18 +78,14 @@ def main(argv):
   except _common.UserErrors() as e:
     _Fail(str(e))
   os.makedirs(_OUT_DIR.value, exist_ok=True)
-  from lingvo_gshard.train import baselines  # pylint: disable=g-import-not-at-top
-  baselines.WriteJson(os.path.join(_OUT_DIR.value, 'results.json'), results)
+  files.WriteJson(os.path.join(_OUT_DIR.value, 'results.json'), results)
   commentary = ''
   commentary_path = os.path.join(_RUNS_DIR.value, 'commentary.md')
   if os.path.exists(commentary_path):
     with open(commentary_path) as f:
       commentary = f.read()
   text = delta_bleu.Markdown(results, _DENSE.value, _MOE.value, _LARGER.value, commentary)
-  tmp = os.path.join(_OUT_DIR.value, 'RESULTS.md.tmp')
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, os.path.join(_OUT_DIR.value, 'RESULTS.md'))
+  files.WriteText(os.path.join(_OUT_DIR.value, 'RESULTS.md'), text)
   delta_bleu.Plot(results, os.path.join(_OUT_DIR.value, 'delta_bleu.png'))
   a = results['averages']
   print(f'{len(results["languages"])} languages, {a["all"]["with_bilingual"]} with a baseline; runs: '

@@ -12,6 +12,7 @@ import json
 from absl import app
 from absl import flags
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import mesh as mesh_lib
 from lingvo_gshard.core import registry
@@ -29,7 +30,7 @@ _OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Task params overr
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  registry.LoadAll()
+  params_lib.LoadAll()
   from lingvo_gshard.params import gshard_paper  # pylint: disable=g-import-not-at-top
   if _FAMILY.value:
     names = list(gshard_paper.PAPER_PARAMS)

@@ -18,9 +18,11 @@ import json
 from absl import app
 from absl import flags
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.bench import steps as steps_lib
 from lingvo_gshard.bench import timing
 from lingvo_gshard.core import registry
+from lingvo_gshard.utils import paths
 
 _MODELS = flags.DEFINE_list('models', ['M4TinyDense', 'M4TinyMoE'], 'Experiments to time.')
 _REPEATS = flags.DEFINE_integer('repeats', 7,
@@ -34,7 +36,7 @@ _MODES = flags.DEFINE_list('modes', ['jit', 'graph'], "Step modes: 'jit' (whole 
 
 _BINARY_STEPS = flags.DEFINE_integer('binary_steps', 0, 'Also run the trainer binary this many steps per model '
                                      'and mode on --data_dir and compare its s/step with the step above (0: off).')
-_DATA_DIR = flags.DEFINE_string('data_dir', '/tmp/gshard_data', 'Corpus of the --binary_steps runs.')
+_DATA_DIR = flags.DEFINE_string('data_dir', paths.DefaultDataDir(), 'Corpus of the --binary_steps runs.')
 
 _TARGET_FLOPS_FRACTION = 0.5
 _TARGET_BINARY_OVERHEAD = 0.10
@@ -44,7 +46,7 @@ _TARGET_DECODE_SPEEDUP = 5.0
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  registry.LoadAll()
+  params_lib.LoadAll()
   try:
     [registry.GetClass(n) for n in _MODELS.value]
   except registry.RegistryError as e:

@@ -14,11 +14,12 @@ from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import paths
 
 _ROOT = flags.DEFINE_string('root', '/tmp/bilingual', 'Log directories of the runs (ROOT/<code>).')
 _RUNS_DIR = flags.DEFINE_string('runs_dir', 'docs/m4_tiny/runs/bilingual', 'Where each pair\'s result JSON '
                                 'goes (commit them: the report is built from these files).')
-_DATA_DIR = flags.DEFINE_string('data_dir', '/tmp/gshard_data', 'Built corpus (prepare_data).')
+_DATA_DIR = flags.DEFINE_string('data_dir', paths.DefaultDataDir(), 'Built corpus (prepare_data).')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Pairs to run (language codes); default: every corpus pair.')
 _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'Score the first N test sentences (0 = the whole '
                                       'test split).')
@@ -37,9 +38,9 @@ def main(argv):
     _common.Fail('train_baselines', f'--beam_size must be >= 1, got {_BEAM.value}')
   _common.QuietLogs()
   from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
-  from lingvo_gshard.train import baselines  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.campaigns import bilingual_baselines  # pylint: disable=g-import-not-at-top
   try:
-    plans = baselines.Plan(reader.LoadManifest(_DATA_DIR.value), _LANGUAGES.value)
+    plans = bilingual_baselines.Plan(reader.LoadManifest(_DATA_DIR.value), _LANGUAGES.value)
   except _common.UserErrors() as e:
     _common.Fail('train_baselines', str(e))
   total = {}
@@ -51,7 +52,7 @@ def main(argv):
     for p in plans:
       print(f'{p.lang:<12} {p.bucket:<7} {p.train:>7} {p.tier:<7} {p.steps:>5}  {p.overrides}')
     return 0
-  runner = baselines.BaselineRunner(_ROOT.value, _DATA_DIR.value, _RUNS_DIR.value, _MAX_SENTENCES.value,
+  runner = bilingual_baselines.BaselineRunner(_ROOT.value, _DATA_DIR.value, _RUNS_DIR.value, _MAX_SENTENCES.value,
                                     _BEAM.value, _OVERRIDES.value, log=lambda line: print(line, flush=True))
   from lingvo_gshard.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   try:

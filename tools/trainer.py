@@ -29,6 +29,7 @@ from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.train import dev_metrics
 
 _MODEL = flags.DEFINE_string('model', None, 'Registered experiment, e.g. M4TinyMoE.')
 _MODE = flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'train_and_eval', 'eval', 'decode'],
@@ -63,7 +64,7 @@ def _Fail(message, code=1):
 
 
 def _Runner(exp):
-  from lingvo_gshard.core import step_runner  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.runtime import step_runner  # pylint: disable=g-import-not-at-top
   return step_runner.StepRunner(exp.Partitioner(_BACKEND.value, _MESH.value or None), jit=_JIT.value)
 
 
@@ -85,7 +86,7 @@ def main(argv):
     dtensor.initialize_accelerator_system()
     print(f'DTensor client {dtensor.client_id()} of {dtensor.num_clients()}: '
           f'{dtensor.num_global_devices(dtensor.preferred_device_type())} devices in all', flush=True)
-  from lingvo_gshard.core import tpu  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.runtime import tpu  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   log = lambda line: print(line, flush=True)
   try:
@@ -116,13 +117,13 @@ def _RunEvalOrDecode(exp, log):
     raise ValueError(f'--mode={_MODE.value} restores the run as it was trained (its params.txt); '
                      '--model_params_override, --max_steps and --max_train_seconds apply to training only')
   if _MODE.value == 'eval':
-    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
+    from lingvo_gshard.eval import dev_eval  # pylint: disable=g-import-not-at-top
     runner = _Runner(exp)
     evaler = dev_eval.DevEvaler(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value, log=log, runner=runner)
     n = evaler.Watch(timeout=_EVAL_TIMEOUT.value)
-    log(f'evaluated {n} checkpoints; dev losses in {_LOGDIR.value}/{dev_eval.DEV_LOG}')
+    log(f'evaluated {n} checkpoints; dev losses in {_LOGDIR.value}/{dev_metrics.DEV_LOG}')
     return
-  from lingvo_gshard.train import decode_job  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import decode_job  # pylint: disable=g-import-not-at-top
   results, ev, ts, _ = decode_job.Decode(exp, _LOGDIR.value, _DATA_DIR.value, 'test',
                                          max_sentences=_MAX_SENTENCES.value, checkpoint=_CHECKPOINT.value,
                                          log=log)

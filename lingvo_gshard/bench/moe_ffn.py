@@ -15,9 +15,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
-from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import gating
 from lingvo_gshard.layers import moe
+from lingvo_gshard.runtime import step_runner
 
 
 @dataclasses.dataclass

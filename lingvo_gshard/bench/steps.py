@@ -8,11 +8,12 @@ import tensorflow as tf
 
 from lingvo_gshard.bench import timing
 from lingvo_gshard.core import experiment
-from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import registry
-from lingvo_gshard.core import step_runner
 from lingvo_gshard.models import analysis
 from lingvo_gshard.models import decoding
+from lingvo_gshard.runtime import hardware
+from lingvo_gshard.runtime import learner as learner_lib
+from lingvo_gshard.runtime import step_runner
 
 
 # A trainer log line's seconds per step over its window (train/trainer.py).
@@ -35,14 +36,16 @@ def SyntheticBatch(rows, src_len, tgt_len, src_vocab, tgt_vocab, seed=0):
 def TrainCase(name, mode='jit'):
   """(result dict without timings, step call, learner, task), compiled."""
   exp = registry.Get(name)
-  inp = exp.Train()
+  root = experiment.ExperimentParams(exp)
+  hardware.ResolveAuto(root)  # the dtype and rows this machine trains with, as the trainer resolves them
+  inp = root.input.train
   rows = inp.batch_rows
   if inp.packing:
     src_len, length = inp.packed_source_length, inp.packed_target_length
   else:
     src_len, length = inp.max_source_length, inp.max_target_length
-  task = exp.Task()
-  lp = experiment.ResolveLearner(exp.Learner())
+  task = root.task
+  lp = experiment.ResolveLearner(root.learner)
   partitioner = exp.Partitioner('none')
   learner = learner_lib.Learner(task, lp.optimizer, partitioner, lp.seed,
                                 runner=step_runner.StepRunner(partitioner, jit=mode == 'jit'))

@@ -14,6 +14,7 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from lingvo_gshard.core import compile_hints
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import sharding
 
@@ -143,7 +144,8 @@ class BaseLayer(tf.Module):
     p = hyperparams.InstantiableParams(cls)
     p.Define('name', cls.__name__.lower(), 'Layer name; the path of a weight is its layers\' names joined.')
     p.Define('dtype', tf.float32, 'Weight dtype.')
-    p.Define('fprop_dtype', None, 'Activation dtype (e.g. tf.bfloat16); None means `dtype`.')
+    p.Define('fprop_dtype', None, "Activation dtype (e.g. tf.bfloat16); None means `dtype`; 'auto': the "
+             'runtime chooses for the machine before the model runs (runtime/hardware.py ResolveAuto).')
     return p
 
   def __init__(self, params: hyperparams.InstantiableParams):
@@ -161,6 +163,9 @@ class BaseLayer(tf.Module):
 
   @property
   def fprop_dtype(self):
+    if isinstance(self.p.fprop_dtype, str) and self.p.fprop_dtype == 'auto':
+      raise ValueError(f"{self.path}: fprop_dtype 'auto' is the runtime's to choose and was not resolved "
+                       '(runtime.hardware.ResolveAuto)')
     return self.p.fprop_dtype or self.p.dtype
 
   def CreateWeight(self, name: str, spec: WeightSpec) -> None:
@@ -285,7 +290,7 @@ def Dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor], name: str) -> 
   words = (last + 1) // 2
   bits = tf.random.stateless_uniform(tf.concat([shape[:-1], [words]], axis=0), FoldSeed(seed, name),
                                      minval=None, maxval=None, dtype=tf.uint32, alg='philox')
-  keep = tf.reshape(_KeepHalves(bits, threshold, sharding.current().backend == 'none'),
+  keep = tf.reshape(_KeepHalves(bits, threshold, compile_hints.BitcastsAllowed()),
                     tf.concat([shape[:-1], [2 * words]], axis=0))
   if not isinstance(last, int) or last % 2:
     keep = keep[..., :last]

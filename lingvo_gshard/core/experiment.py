@@ -67,12 +67,13 @@ class Experiment:
     return None
 
   def TokensPerStep(self) -> int:
-    """Target tokens per training step (for analysis): rows x row length of the Train() input."""
+    """Target tokens per training step (for analysis): rows x row length of the Train() input; where the
+    runtime chooses the rows (batch_rows = 0), the larger of its choices."""
     p = self.Train()
     if p is None:
       return 0
     length = p.packed_target_length if p.packing else p.max_target_length
-    return p.batch_rows * length
+    return (p.batch_rows or max(p.auto_batch_rows)) * length
 
   def ShardingRules(self) -> sharding.ShardingRules:
     return sharding.DEFAULT_RULES

@@ -1,12 +1,11 @@
 """The experiment registry: `@registry.Register` on a class, `registry.Get('M4TinyMoE')` to find it.
 
-Experiments live in the modules that `lingvo_gshard.params.EXPERIMENT_MODULES` lists; `LoadAll()` imports
-them (an explicit list, so a reader can find every experiment from one place). Keys are
+A module registers its experiments when it is imported; `lingvo_gshard.params.LoadAll()` imports every module
+of the package's experiments (an explicit list, so a reader can find them all from one place). Keys are
 `<module under lingvo_gshard.params>.<ClassName>`; a lookup accepts the key or any dotted suffix of it, and
 unknown or ambiguous names raise a one-line error with the closest or all candidates.
 """
 import difflib
-import importlib
 from typing import Dict, List, Optional, Type
 
 from lingvo_gshard.core import experiment
@@ -76,10 +75,3 @@ Register = REGISTRY.Register
 GetClass = REGISTRY.GetClass
 Get = REGISTRY.Get
 
-
-def LoadAll() -> Registry:
-  """Imports every experiment module listed in lingvo_gshard.params.EXPERIMENT_MODULES."""
-  params_pkg = importlib.import_module(_PARAMS_PACKAGE)
-  for module in params_pkg.EXPERIMENT_MODULES:
-    importlib.import_module(f'{_PARAMS_PACKAGE}.{module}')
-  return REGISTRY

@@ -68,7 +68,10 @@ class MTInput:
     p.Define('packed_source_length', 256, 'Ls of packed rows (>= max_source_length).')
     p.Define('packed_target_length', 256, 'Lt of packed rows (>= max_target_length).')
     p.Define('pack_window', 1024, 'Examples packed together (first-fit inside a window).')
-    p.Define('batch_rows', 32, 'Rows per batch (static): packed rows or, unpacked, examples.')
+    p.Define('batch_rows', 32, 'Rows per batch (static): packed rows or, unpacked, examples; 0: chosen by '
+             'the runtime from auto_batch_rows (runtime/hardware.py ResolveAuto) before the input is built.')
+    p.Define('auto_batch_rows', (32, 16), 'batch_rows = 0 only: (rows where bfloat16 matmuls are fast, rows '
+             'elsewhere); a float32 step of the same rows takes about twice as long.')
     p.Define('bucket_tokens', 0, 'Unpacked only: batch by tokens instead of rows. Examples are bucketed by '
              'their longer side into lengths 8, 16, 32, ... up to the max lengths; a bucket of length b '
              'yields batches of bucket_tokens // b rows trimmed to b columns (one static shape per bucket). '
@@ -93,6 +96,9 @@ class MTInput:
                                    f'packed_{side}_length ({packed}) when packing')
     if p.split not in corpus.SPLITS:
       raise report_lib.DataError(f'{p.name}: unknown split {p.split!r} (have: {", ".join(corpus.SPLITS)})')
+    if p.batch_rows == 0:
+      raise report_lib.DataError(f'{p.name}: batch_rows is 0 (the runtime chooses it: resolve the params with '
+                                 'runtime.hardware.ResolveAuto before building the input)')
     for name in ('batch_rows', 'pack_window'):
       if p.Get(name) < 1:
         raise report_lib.DataError(f'{p.name}: {name} must be >= 1, got {p.Get(name)}')

@@ -21,7 +21,6 @@ Decode(Encode(x)) == Normalize(x), not x.
 import io
 import json
 import os
-import tempfile
 import time
 
 import numpy as np
@@ -33,6 +32,7 @@ import tensorflow_text as tf_text
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report as report_lib
 from lingvo_gshard.input import mixture
+from lingvo_gshard.utils import files
 
 PAD_ID = 0
 EOS_ID = 1
@@ -188,13 +188,6 @@ def _Settings(kind, vocab_size, languages, temperature, sample_sentences, seed, 
           'sample_sentences': sample_sentences, 'seed': seed, 'data_fingerprint': fingerprint}
 
 
-def _WriteAtomically(path, data):
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.' + os.path.basename(path))
-  with os.fdopen(fd, 'wb') as f:
-    f.write(data)
-  os.chmod(tmp, 0o644)  # mkstemp makes it private; the models are shared like the data next to them.
-  os.replace(tmp, path)
-
 
 def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, languages=(), temperature=5.0,
                        sample_sentences=300000, seed=1, train_if_missing=True, log=print):
@@ -255,10 +248,10 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
     log(f'trained {path}: {size} pieces on {len(text)} sentences in {train_seconds:.1f}s '
         f'(sampling took {sample_seconds:.1f}s)')
     os.makedirs(vocab_dir, exist_ok=True)
-    _WriteAtomically(path + '.json', json.dumps(dict(
+    files.WriteBytes(path + '.json', json.dumps(dict(
         settings, tags=tags, sentences=len(text), train_seconds=round(train_seconds, 2), num_threads=threads,
         sample_seconds=round(sample_seconds, 2), sentencepiece=spm.__version__), indent=1).encode('utf-8'))
-    _WriteAtomically(path, model)  # Last: a model without its settings file is never left behind.
+    files.WriteBytes(path, model)  # Last: a model without its settings file is never left behind.
     models[side] = Vocabulary(model, path)
   if kind == 'shared':
     return models['shared'], models['shared']

@@ -15,10 +15,9 @@ Sharding: the function names the logical axes of every large activation through 
 logical_axes)` (identity by default), e.g. `annotate=sharding.shard`. Logical axis names: group, length,
 model, expert, capacity, hidden.
 
-Speed on CPU (`tools/moe_benchmark.py`): a whole step under XLA runs the expert matmuls slower than TF's
-oneDNN kernels, and a graph-mode step runs gating and dispatch as hundreds of small ops. Islands
-(`island=step_runner.Island`) take the best of both in a graph-mode step: gating + dispatch and combine are
-XLA islands, matmuls TF's.
+Why islands: gating and dispatch are hundreds of small ops that only XLA fuses, while the expert matmuls
+may run faster outside XLA (oneDNN on CPUs; docs/guides/performance.md). `island=` lets the caller compile
+gating + dispatch and combine on their own and leave the matmuls to the step's mode.
 """
 from typing import Callable, Dict, Optional, Tuple
 
@@ -119,9 +118,8 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
     min_capacity: lower bound of C before rounding.
     capacity: if given, C directly (overrides capacity_factor and min_capacity), e.g. for evaluation.
     annotate: `annotate(tensor, logical_axes) -> tensor`, e.g. `sharding.shard`; identity if None.
-    island: wraps the gating + dispatch and the combine sub-functions, e.g. `step_runner.Island` (XLA islands
-      while a TF-graph step is traced, as the step runner decides) or `step_runner.CompileIsland` (always);
-      identity if None. Islands: the router and expert matmuls stay in the caller's mode. For a caller that
+    island: wraps the gating + dispatch and the combine sub-functions, e.g. `compile_hints.Island` (XLA islands
+      where the runtime compiles them) or `runtime.step_runner.CompileIsland` (always); identity if None. Islands: the router and expert matmuls stay in the caller's mode. For a caller that
       runs as a graph (`tf.function` without jit_compile) on CPU/GPU: TF's native batched matmuls (oneDNN
       on CPU) beat XLA's on the experts, while gating and dispatch are hundreds of small ops that only XLA
       fuses. Same values and gradients as without, except that the 'random' and 'sampling' policies then

@@ -8,8 +8,8 @@ the expert axis, gate weights replicated; the G->E relayout of the dispatched bu
 import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import compile_hints
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import basic
 from lingvo_gshard.layers import gating as gating_lib
 from lingvo_gshard.layers import moe
@@ -53,8 +53,8 @@ class MoELayer(base_layer.BaseLayer):
              'either way.')
     p.Define('wi_layout', 'emh',
              "Storage of the first expert matmul: 'emh' ([E,M,H], the paper's) or 'ehm' ([E,H,M], used "
-             "transposed): same values; 'ehm' is faster for TF graph steps on CPUs with many experts, 'emh' "
-             'for jit-compiled steps on CPUs (see moe.moe_ffn). Checkpoints hold [E,M,H] either way (and the '
+             "transposed): the same values in another storage order, a speed choice that depends on how steps "
+             'are compiled (docs/guides/performance.md). Checkpoints hold [E,M,H] either way (and the '
              'initial values are the same): a checkpoint restores whatever this setting.')
     return p
 
@@ -136,7 +136,7 @@ class MoELayer(base_layer.BaseLayer):
         dispatch=p.dispatch, gating=p.gating, second_expert_policy=policy, paddings=pg,
         seed=base_layer.FoldSeed(seed, f'{self.path}.route') if policy != 'all' else None,
         activation=basic.ACTIVATIONS[p.activation], min_capacity=p.min_capacity, annotate=sharding.shard,
-        island=step_runner.Island,  # XLA islands where the step runner compiles them (TF-graph steps)
+        island=compile_hints.Island,  # compiled on its own where the runtime says so
         wi_layout=p.wi_layout,
         hidden_dropout=(lambda h: base_layer.Dropout(h, p.relu_dropout_prob, seed, f'{self.path}.relu'))
         if training and p.relu_dropout_prob else None)

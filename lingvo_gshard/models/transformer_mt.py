@@ -10,8 +10,8 @@ import math
 import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import compile_hints
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
 from lingvo_gshard.layers import attention
 from lingvo_gshard.layers import basic
 from lingvo_gshard.layers import transformer
@@ -122,7 +122,7 @@ class TransformerMT(base_layer.BaseLayer):
     labels, weights = batch['tgt_labels'], tf.cast(batch['tgt_weights'], tf.float32)
     # Where the runner compiles islands (TF-graph steps, the CPU mode), the [B,L,V] softmax/loss elementwise
     # passes are one XLA island, so they fuse; the logits matmul stays on TF's kernels.
-    per_token_xent, per_token_loss = step_runner.Island(_TokenLosses)(logits, labels, self.p.label_smoothing)
+    per_token_xent, per_token_loss = compile_hints.Island(_TokenLosses)(logits, labels, self.p.label_smoothing)
     num_tokens = tf.maximum(tf.reduce_sum(weights), 1.0)
     xent = tf.reduce_sum(per_token_xent * weights) / num_tokens
     loss = tf.reduce_sum(per_token_loss * weights) / num_tokens + self.p.aux_loss_weight * aux

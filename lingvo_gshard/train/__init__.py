@@ -1,1 +1,2 @@
-"""Training: the loop that runs a registered experiment (the trainer binary is tools/trainer.py)."""
+"""Training: the loop that runs a registered experiment, its checkpoints, its wall-clock budget and what the
+log directory records (the trainer binary is tools/trainer.py)."""

@@ -16,6 +16,8 @@ import os
 import time
 from typing import Dict, Optional
 
+from lingvo_gshard.utils import files
+
 BUDGET_FILE = 'budget.json'
 PROBE_STEPS = 100      # steps run before deciding, after the first (compiling) one; the later half is timed
 MIN_PROBE_STEPS = 5    # fewer timed steps than this would not say much about the step time
@@ -54,10 +56,7 @@ def RecordStop(logdir: str, step: int, seconds: float):
 
 
 def _Write(logdir: str, record: Dict):
-  path = os.path.join(logdir, BUDGET_FILE)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(record, f, indent=1)
-  os.replace(path + '.tmp', path)  # a kill mid-write leaves the old file or none, never half of one
+  files.WriteJson(os.path.join(logdir, BUDGET_FILE), record, sort_keys=False)
 
 
 class TimeBudget:

@@ -6,34 +6,17 @@ weight kept transposed for speed (the MoE layer's `wi_layout='ehm'`) is written 
 [E,M,H], with its optimizer slots renamed or transposed to match, so a checkpoint restores whatever the
 layout setting.
 """
-import json
 import os
 import re
-import subprocess
 from typing import Callable, Dict, List, Sequence
 
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 from tensorflow.python.trackable import base as trackable_base  # pylint: disable=g-direct-tensorflow-import
+from lingvo_gshard.utils import files
 
 CHECKPOINT_LOG = 'checkpoints.jsonl'
-DATA_FILE = 'data.json'  # the corpus build a run trains on: {'name', 'version', 'fingerprint', 'data_dir'}
 
-
-def CodeCommit() -> str:
-  """The git commit of the code running (with '+dirty' if tracked files differ from it), or ''; a copy of the
-  tree outside git says its commit in $LINGVO_GSHARD_COMMIT."""
-  if os.environ.get('LINGVO_GSHARD_COMMIT'):
-    return os.environ['LINGVO_GSHARD_COMMIT']
-  here = os.path.dirname(os.path.abspath(__file__))
-  try:
-    head = subprocess.run(['git', '-C', here, 'rev-parse', 'HEAD'], capture_output=True, text=True,
-                          timeout=10, check=True).stdout.strip()
-    dirty = subprocess.run(['git', '-C', here, 'status', '--porcelain', '--untracked-files=no'],
-                           capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-  except (OSError, subprocess.SubprocessError):
-    return ''
-  return head + ('+dirty' if dirty else '')
 
 
 def Step(path: str) -> int:
@@ -41,74 +24,21 @@ def Step(path: str) -> int:
   return int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
 
 
-def ReadJsonl(path: str) -> List[Dict]:
-  """The rows of a JSON-lines log of a run ([] if there is none); a line that does not parse (a write cut
-  short by a kill) is skipped."""
-  rows = []
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          rows.append(json.loads(line))
-        except ValueError:
-          continue
-  return rows
-
 
 def TrainSeconds(logdir: str) -> Dict[str, float]:
   """{checkpoint name: training wall-clock seconds up to it} from the run's CHECKPOINT_LOG (the trainer
   appends {step, checkpoint, train_seconds, time, commit} at every save; seconds add up across resumed runs)."""
-  return {r['checkpoint']: r['train_seconds'] for r in ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG))}
+  return {r['checkpoint']: r['train_seconds'] for r in files.ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG))}
 
 
 def TrainCommits(logdir: str) -> Dict[str, str]:
   """{checkpoint name: commit of the code that trained up to it} from the run's CHECKPOINT_LOG; a checkpoint
   saved before the trainer recorded it is absent."""
-  return {r['checkpoint']: r['commit'] for r in ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG)) if 'commit' in r}
+  return {r['checkpoint']: r['commit'] for r in files.ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG)) if 'commit' in r}
 
 
-def WriteJson(path: str, value: Dict):
-  """Writes `value` to `path` atomically: a reader (or a kill) sees the old file or the new one, never half."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=1, sort_keys=True)
-    f.write('\n')
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
 
 
-def DataIdentity(manifest: Dict, data_dir: str) -> Dict:
-  """What DATA_FILE records of a corpus build (its manifest): the fingerprint covers every input and setting."""
-  return {'name': manifest.get('name'), 'version': manifest.get('version'),
-          'fingerprint': manifest.get('fingerprint'), 'data_dir': os.path.abspath(data_dir)}
-
-
-def ReadData(logdir: str) -> Dict:
-  """The run's DATA_FILE ({} for a run trained before it was written)."""
-  path = os.path.join(logdir, DATA_FILE)
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    try:
-      return json.load(f)
-    except ValueError:
-      raise ValueError(f'{path}: not JSON (the corpus build this run trained on is unreadable)') from None
-
-
-def CheckData(logdir: str, identity: Dict, resuming: bool) -> Dict:
-  """Refuses to resume a run on another corpus build than its checkpoints were trained on (its vocabularies
-  and pairs differ: the weights would read other pieces); a fresh run may reuse a log directory. Returns the
-  recorded build ({} if none)."""
-  old = ReadData(logdir)
-  if resuming and old and old.get('fingerprint') != identity['fingerprint']:
-    raise ValueError(
-        f'{os.path.join(logdir, DATA_FILE)}: this run trained on {old.get("name")} {old.get("version")} '
-        f'(fingerprint {str(old.get("fingerprint"))[:12]}, {old.get("data_dir")}); {identity["data_dir"]} holds '
-        f'{identity["name"]} {identity["version"]} (fingerprint {str(identity["fingerprint"])[:12]}): resume '
-        'with that build or train into another --logdir')
-  return old
 
 
 class CheckpointMismatchError(ValueError):

@@ -20,11 +20,16 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from lingvo_gshard.core import experiment as experiment_lib
-from lingvo_gshard.core import learner as learner_lib
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
+from lingvo_gshard.runtime import hardware
+from lingvo_gshard.runtime import learner as learner_lib
+from lingvo_gshard.runtime import step_runner
 from lingvo_gshard.train import budget as budget_lib
 from lingvo_gshard.train import checkpoints
+from lingvo_gshard.train import corpus_identity
+from lingvo_gshard.train import dev_metrics
+from lingvo_gshard.utils import files
+from lingvo_gshard.utils import provenance
 
 
 def _Hms(seconds: float) -> str:
@@ -90,6 +95,7 @@ class Trainer:
     self._clock = clock
     self.params = experiment_lib.ExperimentParams(experiment, data_dir or '')
     self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
+    self.resolved = hardware.ResolveAuto(self.params)  # what the experiment leaves to this machine
     if max_steps is not None:
       self.params.learner.max_steps = max_steps
     if max_train_seconds is not None:
@@ -133,13 +139,13 @@ class Trainer:
         break
       except checkpoints.Unreadable:
         continue  # Restore reports it and falls back
-    data = checkpoints.DataIdentity(manifest, self.inputs['train'].data_dir)
-    recorded = checkpoints.CheckData(logdir, data, resuming=bool(self.candidates))
+    data = corpus_identity.DataIdentity(manifest, self.inputs['train'].data_dir)
+    recorded = corpus_identity.CheckData(logdir, data, resuming=bool(self.candidates))
     if self.chief:
       self._WriteParams()
       # A run resumed from before data.json existed keeps no record: its first steps' corpus is unknown.
       if recorded or not self.candidates:
-        checkpoints.WriteJson(os.path.join(logdir, checkpoints.DATA_FILE), data)
+        files.WriteJson(os.path.join(logdir, corpus_identity.DATA_FILE), data)
       with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
         f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
     lp = self.learner_p
@@ -149,7 +155,7 @@ class Trainer:
     self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) if self.chief else
                     tf.summary.create_noop_writer() for s in ('train', 'dev')}
     self._resumed_seconds = None  # training seconds before this process, read at the first save
-    self._commit = checkpoints.CodeCommit() if self.chief else ''  # recorded with every save
+    self._commit = provenance.CodeCommit() if self.chief else ''  # recorded with every save
     self._dev_rows: Optional[List[Dict]] = None  # in-training dev evaluations, for early stopping
     self._dev_batches: Optional[List[Dict]] = None  # read at the first evaluation, scored at every one
 
@@ -306,13 +312,12 @@ class Trainer:
 
   def Evaluate(self) -> Optional[Dict[str, float]]:
     """Mean dev metrics over `eval_batches` batches (token-weighted), or None without a Dev() input."""
-    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     p = self.inputs.get('dev')
     if p is None:
       return None
     if self._dev_batches is None:
-      self._dev_batches = dev_eval.DevBatches(p, self.learner_p.eval_batches)
-    return dev_eval.DevMetrics(self.learner, self._dev_batches)
+      self._dev_batches = dev_metrics.DevBatches(p, self.learner_p.eval_batches)
+    return dev_metrics.DevMetrics(self.learner, self._dev_batches)
 
   def Train(self, evaluate: bool = True) -> Dict[str, float]:
     """Runs to `max_steps` (resuming), with dev evaluations every `eval_interval` steps if `evaluate`;
@@ -357,7 +362,7 @@ class Trainer:
     self._dev_rows = [r for r in self._DevRows() if r['step'] <= step]
     spent = 0.0  # budget seconds of earlier processes (one killed before the budget was decided)
     if self.budget is not None and step:
-      rows = checkpoints.ReadJsonl(os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG))
+      rows = files.ReadJsonl(os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG))
       spent = max([r['train_seconds'] for r in rows if r['step'] <= step] or [0.0])
     with _SignalsSaved() as signals:
       return self._Loop(data, step, signals, evaluate, began - spent)
@@ -484,29 +489,26 @@ class Trainer:
   def _DevRows(self) -> List[Dict]:
     """The training loop's dev evaluations of this run (earlier processes' from dev_eval.jsonl, then this
     one's), for early stopping."""
-    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     if self._dev_rows is None:
-      self._dev_rows = dev_eval.ReadDevLog(self.logdir, 'trainer')
+      self._dev_rows = dev_metrics.ReadDevLog(self.logdir, 'trainer')
     return self._dev_rows
 
   def EarlyStopped(self) -> Optional[Tuple[int, str]]:
     """(step, why) if the run's dev evaluations say early stopping ended it (a firing at max_steps is none)."""
-    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     lp = self.learner_p
-    return dev_eval.FirstEarlyStop(self._DevRows(), lp.early_stop_patience, lp.early_stop_tolerance,
-                                   lp.max_steps)
+    return dev_metrics.FirstEarlyStop(self._DevRows(), lp.early_stop_patience, lp.early_stop_tolerance,
+                                      lp.max_steps)
 
   def _RunEval(self, step) -> bool:
     """Dev evaluation at `step`; True if early stopping says training ends here."""
-    from lingvo_gshard.train import dev_eval  # pylint: disable=g-import-not-at-top
     dev = self.Evaluate()
     if not dev:
       return False
     self._Summaries('dev', dev, step)
     self.log(f'step {step:6d} dev loss {dev["loss"]:.4f} xent {dev["xent"]:.4f}')
-    row = dev_eval.DevRow(step, dev, job='trainer')
+    row = dev_metrics.DevRow(step, dev, job='trainer')
     if self.chief:
-      dev_eval.AppendDevLog(self.logdir, row)
+      dev_metrics.AppendDevLog(self.logdir, row)
     # Decided on the rows as the file keeps them, so a resumed run decides the same.
     self._dev_rows = [r for r in self._DevRows() if r['step'] < step] + [row]
     stopped = self.EarlyStopped()

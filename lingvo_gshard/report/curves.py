@@ -16,7 +16,7 @@ import os
 from typing import Dict, List
 
 from lingvo_gshard.train import checkpoints
-from lingvo_gshard.train import dev_eval
+from lingvo_gshard.train import dev_metrics
 
 
 def Points(logdir: str, test_set: str, average: str = 'top10') -> List[Dict]:
@@ -45,7 +45,7 @@ def DevLossPoints(logdir: str, metric: str = 'xent') -> List[Dict]:
   train_seconds is None for a step whose checkpoint is not in checkpoints.jsonl."""
   seconds = checkpoints.TrainSeconds(logdir)
   return [{'step': r['step'], 'train_seconds': seconds.get(r['checkpoint']), metric: r[metric]}
-          for r in dev_eval.ReadDevLog(logdir) if metric in r]
+          for r in dev_metrics.ReadDevLog(logdir) if metric in r]
 
 
 def Differences(points: List[Dict], reference: List[Dict], metric: str) -> List[Dict]:

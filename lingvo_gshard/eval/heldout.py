@@ -1,7 +1,7 @@
 """Test sets to decode and score: a split of the built corpus, or a directory of `<lang>.tsv` files.
 
-    ts = test_sets.FromCorpus('/tmp/gshard_data', 'test', languages=['de', 'fr'], max_sentences=50)
-    ts = test_sets.FromTsvDir('/data/ui_strings', known_languages=manifest['languages'])
+    ts = heldout.FromCorpus('/tmp/gshard_data', 'test', languages=['de', 'fr'], max_sentences=50)
+    ts = heldout.FromTsvDir('/data/ui_strings', known_languages=manifest['languages'])
     ts.pairs['de']          # [(source, reference), ...] in file order
     ts.skipped              # {'empty files': 1, ...}: what was left out, counted
 

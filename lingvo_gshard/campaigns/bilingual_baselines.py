@@ -17,16 +17,19 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import registry
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
 from lingvo_gshard.data import reader
+from lingvo_gshard.eval import decode_job
 from lingvo_gshard.params import bilingual
+from lingvo_gshard.runtime import step_runner
 from lingvo_gshard.train import checkpoints
-from lingvo_gshard.train import decode_job
-from lingvo_gshard.train import dev_eval
+from lingvo_gshard.train import dev_metrics
 from lingvo_gshard.train import trainer as trainer_lib
+from lingvo_gshard.utils import files
+from lingvo_gshard.utils import provenance
 
 
 @dataclasses.dataclass
@@ -58,19 +61,18 @@ def Plan(manifest: Dict, languages: Sequence[str] = ()) -> List[PairPlan]:
   return plans
 
 
-WriteJson = checkpoints.WriteJson  # the baselines' records and the report write through it
 
 
 def BestCheckpoint(logdir: str) -> Optional[Dict]:
   """The training loop's dev evaluation with the lowest cross-entropy whose checkpoint is still there
   (early stopping keeps it), or None when there is none."""
-  rows = [r for r in dev_eval.ReadDevLog(logdir, 'trainer')
+  rows = [r for r in dev_metrics.ReadDevLog(logdir, 'trainer')
           if os.path.exists(os.path.join(logdir, r['checkpoint'] + '.index'))]
-  return dev_eval.Best(rows)
+  return dev_metrics.Best(rows)
 
 
 def _Registered(plan: PairPlan) -> experiment_lib.Experiment:
-  registry.LoadAll()
+  params_lib.LoadAll()
   return registry.Get(plan.experiment)
 
 
@@ -86,7 +88,7 @@ class BaselineRunner:
     self.root, self.data_dir, self.runs_dir = root, data_dir, runs_dir
     self.max_sentences, self.beam_size, self.extra = max_sentences, beam_size, extra_overrides
     self.make_experiment, self.log = make_experiment, log
-    self.commit = checkpoints.CodeCommit()
+    self.commit = provenance.CodeCommit()
 
   def ResultPath(self, plan: PairPlan) -> str:
     return os.path.join(self.runs_dir, f'{plan.lang}.json')
@@ -138,7 +140,7 @@ class BaselineRunner:
         # The corpus build it trained on: 1.0.0 stored training pairs in an order shared by every language.
         'data_version': reader.LoadManifest(self.data_dir)['version'],
     }
-    WriteJson(self.ResultPath(plan), record)
+    files.WriteJson(self.ResultPath(plan), record)
     return record
 
   def _Indented(self, line: str):

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import mesh as mesh_lib
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
+from lingvo_gshard.runtime import step_runner
 
 
 class TPUError(RuntimeError):

@@ -7,15 +7,15 @@ import tensorflow as tf
 
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.data import reader
-from lingvo_gshard.train import evaluator
-from lingvo_gshard.train import test_sets
+from lingvo_gshard.eval import evaluator
+from lingvo_gshard.eval import heldout
 
 
 def Decode(exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', split: str = 'test',
            test_dir: str = '', languages: Sequence[str] = (), max_sentences: int = 0, beam_size: int = 4,
            length_alpha: float = 0.6, batch_tokens: int = 2048, checkpoint: str = '', examples: int = 0,
            log: Callable[[str], None] = print, no_repeat_ngram: int = 0
-           ) -> Tuple[Dict, evaluator.Evaluator, test_sets.TestSet, Dict]:
+           ) -> Tuple[Dict, evaluator.Evaluator, heldout.TestSet, Dict]:
   """Decodes and scores `split` of the corpus (or every <lang>.tsv of `test_dir`) for `checkpoint` (default
   the latest); returns (results, evaluator, test set, manifest). Results are stored under the run's
   decode_<set>/<checkpoint>/ (merged with earlier languages)."""
@@ -23,9 +23,9 @@ def Decode(exp: experiment_lib.Experiment, logdir: str, data_dir: str = '', spli
                            no_repeat_ngram=no_repeat_ngram)
   manifest = reader.LoadManifest(ev.data_dir)
   if test_dir:
-    ts = test_sets.FromTsvDir(test_dir, list(manifest['languages']), max_sentences, list(languages))
+    ts = heldout.FromTsvDir(test_dir, list(manifest['languages']), max_sentences, list(languages))
   else:
-    ts = test_sets.FromCorpus(ev.data_dir, split, list(languages), max_sentences, log=log)
+    ts = heldout.FromCorpus(ev.data_dir, split, list(languages), max_sentences, log=log)
   if ts.skipped:
     log('skipped: ' + ', '.join(f'{k} {v}' for k, v in ts.skipped.items()))
   if not ts.pairs:

@@ -24,6 +24,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from lingvo_gshard.train import checkpoints
+from lingvo_gshard.train import corpus_identity
+from lingvo_gshard.utils import files
+from lingvo_gshard.utils import provenance
 
 BUCKETS = ('high', 'medium', 'low')
 CORPUS_FILE = 'corpus.json'
@@ -32,7 +35,7 @@ CORPUS_FILE = 'corpus.json'
 def WriteCorpus(runs_dir: str, manifest: Dict) -> str:
   """RUNS/corpus.json: {'name', 'version', 'fingerprint', 'languages': {code: {'train', 'test', 'bucket'}}}."""
   path = os.path.join(runs_dir, CORPUS_FILE)
-  checkpoints.WriteJson(path, {
+  files.WriteJson(path, {
       'name': manifest.get('name'), 'version': manifest.get('version'), 'fingerprint': manifest.get('fingerprint'),
       'languages': {l: {'train': v['train'], 'test': v.get('test'), 'bucket': v.get('bucket')}
                     for l, v in manifest['languages'].items()}})
@@ -64,14 +67,14 @@ def AddRun(runs_dir: str, name: str, logdir: str, results: Dict) -> str:
       'max_sentences': max_sentences, 'beam_size': results.get('beam_size'),
       'decode_seconds': results.get('decode_seconds'),
       'bleu_signature': results['bleu_signature'], 'chrf_signature': results['chrf_signature'],
-      'commit': checkpoints.CodeCommit(),  # the code that evaluated it
+      'commit': provenance.CodeCommit(),  # the code that evaluated it
       'train_commit': checkpoints.TrainCommits(logdir).get(ckpt, ''),  # '' for a run from before the record
-      'data': {k: v for k, v in checkpoints.ReadData(logdir).items() if k != 'data_dir'},
+      'data': {k: v for k, v in corpus_identity.ReadData(logdir).items() if k != 'data_dir'},
       'languages': {l: {k: r[k] for k in ('bleu', 'chrf', 'sentences') if k in r}
                     for l, r in results['languages'].items()},
   }
   path = os.path.join(runs_dir, 'multilingual', f'{name}-{results["set"]}-{max_sentences or "all"}-{ckpt}.json')
-  checkpoints.WriteJson(path, piece)
+  files.WriteJson(path, piece)
   return path
 
 

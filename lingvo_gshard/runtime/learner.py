@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import sharding
-from lingvo_gshard.core import step_runner
+from lingvo_gshard.runtime import step_runner
 
 # Logical axes of every batch feature: [B, L].
 BATCH_AXES = ('batch', 'length')

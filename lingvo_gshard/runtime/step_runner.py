@@ -2,10 +2,11 @@
 `strategy.run` on a TPU.
 
 Model and layer code never asks which. A layer marks the sub-computations that are worth compiling on their
-own with `Island(fn)` (the MoE routing + dispatch and combine, the token losses); the runner decides whether
-marked code becomes an XLA island: only while it traces a TF-graph step. In a jit-compiled step the whole
-step is one XLA computation already, and under DTensor or a strategy the step compiles its own way, so there
-`Island(fn)` is `fn`.
+own with `core.compile_hints.Island(fn)` (the MoE routing + dispatch and combine, the token losses); the
+runner decides whether marked code becomes an XLA island: only while it traces a TF-graph step. In a
+jit-compiled step the whole step is one XLA computation already, and under DTensor or a strategy the step
+compiles its own way, so there `Island(fn)` is `fn`. The runner also answers `compile_hints.BitcastsAllowed()`:
+yes on the none backend (one device), no where DTensor or SPMD may shard the tensor.
 
 Modes (`StepRunner.mode`):
   jit       none backend: the whole step is one XLA computation (accelerators; CPUs without AVX-512).
@@ -14,43 +15,21 @@ Modes (`StepRunner.mode`):
   xla       the xla backend's annotated step, XLA SPMD-partitioned; with a strategy, run by `strategy.run`
             on its one replica (a TPUStrategy compiles it for the TPU cores).
 """
-import contextlib
-import threading
 from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 
-from lingvo_gshard.core import hardware
+from lingvo_gshard.core import compile_hints
 from lingvo_gshard.core import mesh as mesh_lib
 from lingvo_gshard.core import sharding
+from lingvo_gshard.runtime import hardware
 
 MODES = ('jit', 'graph', 'dtensor', 'xla')
-
-_TRACING = threading.local()  # .islands: True while a graph-mode runner traces its step
 
 
 def CompileIsland(fn: Callable) -> Callable:
   """`fn` as an XLA island: a jit-compiled function (its gradient compiled too) inside the caller's graph."""
   return tf.function(fn, jit_compile=True, autograph=False)
-
-
-def Island(fn: Callable) -> Callable:
-  """`fn` compiled as an XLA island when called while a graph-mode step is traced, else `fn` itself.
-
-  Called per use (not at import), so that what `fn` reads at trace time (the current partitioner) is read
-  in the step being traced.
-  """
-  return CompileIsland(fn) if getattr(_TRACING, 'islands', False) else fn
-
-
-@contextlib.contextmanager
-def _Islands(on: bool):
-  before = getattr(_TRACING, 'islands', False)
-  _TRACING.islands = on
-  try:
-    yield
-  finally:
-    _TRACING.islands = before
 
 
 def DefaultJit(flags=None) -> Tuple[bool, str]:
@@ -119,12 +98,11 @@ class StepRunner:
         return tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0], out)
       on_tpu = isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy))
       return tf.function(Run, **kwargs) if on_tpu else tf.function(Run, jit_compile=True, **kwargs)
-    if self.mode == 'graph':
+    answers = dict(island=CompileIsland if self.mode == 'graph' else None, bitcasts=self.mode in ('graph', 'jit'))
 
-      def Traced(*args, **kw):
-        with _Islands(True):
-          return fn(*args, **kw)
+    def Traced(*args, **kw):
+      with compile_hints.Answering(**answers):
+        return fn(*args, **kw)
+    if self.mode in ('graph', 'dtensor'):
       return tf.function(Traced, **kwargs)
-    if self.mode == 'dtensor':
-      return tf.function(fn, **kwargs)
-    return tf.function(fn, jit_compile=True, **kwargs)
+    return tf.function(Traced, jit_compile=True, **kwargs)

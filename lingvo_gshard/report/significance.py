@@ -17,8 +17,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from lingvo_gshard.train import evaluator
-from lingvo_gshard.train import test_sets
+from lingvo_gshard.eval import evaluator
+from lingvo_gshard.eval import heldout
 
 # results.json keys that change what a decode is; two decodes compared must agree on all of them.
 DECODE_SETTINGS = ('set', 'beam_size', 'length_alpha', 'no_repeat_ngram')
@@ -145,7 +145,7 @@ def _RebuildReferences(path: str, results: Dict, hyps: Dict[str, List[str]], ref
     raise ValueError(f'{path}: scored with BLEU {results.get("bleu_signature")!r}, this sacrebleu is '
                      f'{signature!r}: the rebuilt references cannot be checked against its scores (pack the '
                      '<lang>.ref files, or install the sacrebleu it names)')
-  corpus = test_sets.FromCorpus(data_dir, split, languages, log=lambda line: None)
+  corpus = heldout.FromCorpus(data_dir, split, languages, log=lambda line: None)
   for lang in languages:
     pairs = corpus.pairs.get(lang, [])[:len(hyps[lang])]  # the evaluator decodes a split's first N sentences
     if len(pairs) < len(hyps[lang]):

@@ -2,7 +2,7 @@
 resource bucket, and deltas against bilingual baselines (the paper's figure).
 
     ev = evaluator.Evaluator(exp, '/tmp/m4tiny_moe', data_dir='/tmp/gshard_data')
-    res = ev.Evaluate(test_sets.FromCorpus('/tmp/gshard_data', 'test', max_sentences=50))
+    res = ev.Evaluate(heldout.FromCorpus('/tmp/gshard_data', 'test', max_sentences=50))
     res['averages']['top10']['chrf'], res['languages']['de']['bleu']
 
 The model is rebuilt from the run's own params.txt (the overrides it was trained with), and the checkpoint is
@@ -27,17 +27,19 @@ import tensorflow as tf
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.data import reader
+from lingvo_gshard.eval import heldout
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.models import decoding
-from lingvo_gshard.train import test_sets
+from lingvo_gshard.runtime import hardware
 from lingvo_gshard.train import checkpoints
+from lingvo_gshard.utils import files
 
 BUCKETS = ('high', 'medium', 'low')
 TOP_N = 10  # the "10 largest languages" average
 
 
-def RestoreModel(params, logdir: str, partitioner: sharding.Partitioner, checkpoint: str = ''):
-  """The run's model with the weights of `checkpoint` (default: the latest in `logdir`), checked first."""
+def CheckpointPath(logdir: str, checkpoint: str = '') -> str:
+  """The path of `checkpoint` (a path, or a name in `logdir` such as ckpt-400; default: the latest)."""
   ckpt_path = checkpoint or tf.train.latest_checkpoint(logdir)
   if ckpt_path is None:
     raise FileNotFoundError(f'{logdir}: no checkpoint (train it with python -m lingvo_gshard.tools.trainer)')
@@ -45,6 +47,12 @@ def RestoreModel(params, logdir: str, partitioner: sharding.Partitioner, checkpo
     ckpt_path = os.path.join(logdir, ckpt_path)  # --checkpoint=ckpt-400 names one in the log directory
   if not os.path.exists(ckpt_path + '.index'):
     raise FileNotFoundError(f'{ckpt_path}: no such checkpoint (no {ckpt_path}.index)')
+  return ckpt_path
+
+
+def RestoreModel(params, logdir: str, partitioner: sharding.Partitioner, checkpoint: str = ''):
+  """The run's model with the weights of `checkpoint` (default: the latest in `logdir`), checked first."""
+  ckpt_path = CheckpointPath(logdir, checkpoint)
   with sharding.use(partitioner):
     model = params.task.Instantiate().InstantiateVariables(partitioner, params.learner.seed)
   objects = checkpoints.CheckpointObjects(model)
@@ -101,7 +109,9 @@ class Evaluator:
                length_alpha: float = 0.6, batch_tokens: int = 2048, checkpoint: str = '',
                log: Callable[[str], None] = print, no_repeat_ngram: int = 0):
     self.exp, self.logdir, self.log = exp, logdir, log
+    CheckpointPath(logdir, checkpoint)  # before the corpus is read: a run with nothing to decode says so first
     self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
+    hardware.ResolveAuto(self.params)  # a no-op for a trained run: its params.txt holds the resolved values
     if 'train' not in self.params.input:
       raise ValueError(f'{type(exp).__name__} has no train input (its vocabulary and lengths)')
     inp = self.params.input.train
@@ -178,7 +188,7 @@ class Evaluator:
   def ResultDir(self, test_set_name: str) -> str:
     return os.path.join(self.logdir, f'decode_{test_set_name}', os.path.basename(self.checkpoint))
 
-  def Evaluate(self, test_set: test_sets.TestSet, examples: int = 0) -> Dict:
+  def Evaluate(self, test_set: heldout.TestSet, examples: int = 0) -> Dict:
     """Decodes and scores `test_set`; returns (and merges into ResultDir's results.json) {'experiment',
     'checkpoint', 'step', 'set', 'bleu_signature', 'chrf_signature', 'languages': {lang: {'bleu', 'chrf',
     'sentences', 'distinct', 'truncated', 'bucket', 'train'}}, 'averages': Averages(...), 'skipped',
@@ -251,10 +261,7 @@ class Evaluator:
            'chrf_signature': chrf_sig or previous.get('chrf_signature', ''), 'languages': languages,
            'averages': Averages(languages, manifest), 'skipped': test_set.skipped,
            'decode_seconds': round(seconds, 2), 'sentences_per_second': round(len(sources) / max(seconds, 1e-9), 2)}
-    tmp = results_path + '.tmp'
-    with open(tmp, 'w') as f:
-      json.dump(out, f, indent=1, ensure_ascii=False)
-    os.replace(tmp, results_path)  # a killed evaluation never leaves a half-written result
+    files.WriteJson(results_path, out, sort_keys=False, ensure_ascii=False)
     if example_rows:
       out['examples'] = example_rows
     return out

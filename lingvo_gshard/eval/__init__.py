@@ -1,0 +1,1 @@
+"""Evaluation: decoding test sets and scoring them with sacrebleu, the dev evaler job, held-out test sets."""

@@ -1,0 +1,1 @@
+"""Reports: ΔBLEU against bilingual baselines, paired-bootstrap significance, learning curves."""
