@@ -18,7 +18,7 @@ are refused) and <lang>.src / .ref / .hyp, aligned lines, for rescoring or sacre
 import json
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import sacrebleu
@@ -196,18 +196,41 @@ class Evaluator:
     reference, hypothesis) rows from different languages."""
     manifest = reader.LoadManifest(self.data_dir)
     results_path = os.path.join(self.ResultDir(test_set.name), 'results.json')
-    previous = {}  # checked before decoding: a refusal must not cost the decode
-    if os.path.exists(results_path):
-      with open(results_path) as f:
-        previous = json.load(f)
-      settings = (previous.get('beam_size'), previous.get('length_alpha'), previous.get('no_repeat_ngram', 0))
-      if settings != (self.beam_size, self.length_alpha, self.no_repeat_ngram):
-        raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}, no-repeat '
-                         f'n-gram {settings[2]}; not merging beam {self.beam_size}, alpha {self.length_alpha}, '
-                         f'no-repeat n-gram {self.no_repeat_ngram} into it (move it away first)')
-    langs = list(test_set.pairs)
-    sources = [s for l in langs for s, _ in test_set.pairs[l]]
-    self.log(f'decoding {len(sources)} sentences of {len(langs)} languages ({test_set.name}, beam '
+    previous = self._PreviousResults(results_path)  # checked before decoding: a refusal must not cost it
+    sources = [s for lang in test_set.pairs for s, _ in test_set.pairs[lang]]
+    hyps, truncated, seconds = self._Decode(sources, test_set.name, len(test_set.pairs))
+    languages, signatures = self._Score(test_set, hyps, truncated, manifest, previous)
+    self._WriteHypotheses(test_set, hyps)
+    out = {'experiment': type(self.exp).__name__, 'checkpoint': self.checkpoint,
+           'step': _CheckpointStep(self.checkpoint), 'set': test_set.name, 'beam_size': self.beam_size,
+           'length_alpha': self.length_alpha, 'no_repeat_ngram': self.no_repeat_ngram,
+           'bleu_signature': signatures[0] or previous.get('bleu_signature', ''),
+           'chrf_signature': signatures[1] or previous.get('chrf_signature', ''), 'languages': languages,
+           'averages': Averages(languages, manifest), 'skipped': test_set.skipped,
+           'decode_seconds': round(seconds, 2), 'sentences_per_second': round(len(sources) / max(seconds, 1e-9), 2)}
+    files.WriteJson(results_path, out, sort_keys=False, ensure_ascii=False)
+    rows = _Examples(test_set, hyps, examples) if examples else []
+    if rows:
+      out['examples'] = rows
+    return out
+
+  def _PreviousResults(self, results_path: str) -> Dict:
+    """The results already in `results_path` ({} if none), which this evaluation merges into: refused if
+    they were decoded with other settings."""
+    if not os.path.exists(results_path):
+      return {}
+    with open(results_path) as f:
+      previous = json.load(f)
+    settings = (previous.get('beam_size'), previous.get('length_alpha'), previous.get('no_repeat_ngram', 0))
+    if settings != (self.beam_size, self.length_alpha, self.no_repeat_ngram):
+      raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}, no-repeat '
+                       f'n-gram {settings[2]}; not merging beam {self.beam_size}, alpha {self.length_alpha}, '
+                       f'no-repeat n-gram {self.no_repeat_ngram} into it (move it away first)')
+    return previous
+
+  def _Decode(self, sources: List[str], name: str, num_languages: int) -> Tuple[List[str], List[bool], float]:
+    """Translates `sources`, logging progress every 15 s; returns (hypotheses, truncated flags, seconds)."""
+    self.log(f'decoding {len(sources)} sentences of {num_languages} languages ({name}, beam '
              f'{self.beam_size}, {os.path.basename(self.checkpoint)})')
     start, last_report = time.time(), [time.time()]
 
@@ -218,53 +241,61 @@ class Evaluator:
         rate = done / max(now - start, 1e-9)
         self.log(f'  decoded {done}/{total} sentences, {rate:.1f}/s, eta {(total - done) / max(rate, 1e-9):.0f}s')
 
-    hyps, truncated_flags = self.Translate(sources, Progress)
-    seconds = time.time() - start
-    out_dir = self.ResultDir(test_set.name)
-    os.makedirs(out_dir, exist_ok=True)
+    hyps, truncated = self.Translate(sources, Progress)
+    return hyps, truncated, time.time() - start
+
+  def _Score(self, test_set: heldout.TestSet, hyps: List[str], truncated_flags: List[bool], manifest: Dict,
+             previous: Dict) -> Tuple[Dict, Tuple[str, str]]:
+    """BLEU and chrF of each language (merged into the previous results' languages), and the signatures."""
     languages = dict(previous.get('languages', {}))
-    pos, bleu_sig, chrf_sig, example_rows, offsets = 0, '', '', [], {}
+    bleu_sig = chrf_sig = ''
     info = manifest['languages']
-    for lang in langs:
-      offsets[lang] = pos
-      pairs = test_set.pairs[lang]
-      lang_hyps = hyps[pos:pos + len(pairs)]
-      lang_src = sources[pos:pos + len(pairs)]
-      pos += len(pairs)
-      refs = [t for _, t in pairs]
+    for lang, (begin, end) in _Spans(test_set).items():
+      lang_hyps, refs = hyps[begin:end], [t for _, t in test_set.pairs[lang]]
       bleu, bleu_sig = Bleu(lang_hyps, refs)
       chrf, chrf_sig = Chrf(lang_hyps, refs)
-      truncated = sum(truncated_flags[offsets[lang]:pos])
-      languages[lang] = {'bleu': bleu, 'chrf': chrf, 'sentences': len(pairs),
+      truncated = sum(truncated_flags[begin:end])
+      languages[lang] = {'bleu': bleu, 'chrf': chrf, 'sentences': len(refs),
                          'distinct': len(set(lang_hyps)) / len(lang_hyps), 'truncated': truncated,
                          'bucket': info.get(lang, {}).get('bucket', '?'), 'train': info.get(lang, {}).get('train', 0)}
-      for ext, lines in (('src', lang_src), ('ref', refs), ('hyp', lang_hyps)):
-        with open(os.path.join(out_dir, f'{lang}.{ext}'), 'w', encoding='utf-8') as f:
-          f.write(''.join(line.replace('\n', ' ') + '\n' for line in lines))
-      self.log(f'{lang:<12} BLEU {bleu:6.2f}  chrF {chrf:6.2f}  ({len(pairs)} sentences, '
+      self.log(f'{lang:<12} BLEU {bleu:6.2f}  chrF {chrf:6.2f}  ({len(refs)} sentences, '
                f'{languages[lang]["distinct"]:.0%} distinct{f", {truncated} truncated" if truncated else ""})')
-    if examples:
-      step = max(1, len(langs) // examples)
-      for k, lang in enumerate(langs[::step][:examples]):
-        # Catalogs share their first strings across languages: take a different sentence from each.
-        j = (k * 7919 + 13) % len(test_set.pairs[lang])
-        s, t = test_set.pairs[lang][j]
-        example_rows.append({'lang': lang, 'source': s, 'reference': t, 'hypothesis': hyps[offsets[lang] + j]})
-    truncated_total = sum(languages[l]['truncated'] for l in langs)
+    truncated_total = sum(languages[lang]['truncated'] for lang in test_set.pairs)
     if truncated_total:
       self.log(f'{truncated_total} sources longer than max_source_length={self.max_src_len} pieces were '
                'truncated to it')
-    out = {'experiment': type(self.exp).__name__, 'checkpoint': self.checkpoint,
-           'step': _CheckpointStep(self.checkpoint), 'set': test_set.name, 'beam_size': self.beam_size,
-           'length_alpha': self.length_alpha, 'no_repeat_ngram': self.no_repeat_ngram,
-           'bleu_signature': bleu_sig or previous.get('bleu_signature', ''),
-           'chrf_signature': chrf_sig or previous.get('chrf_signature', ''), 'languages': languages,
-           'averages': Averages(languages, manifest), 'skipped': test_set.skipped,
-           'decode_seconds': round(seconds, 2), 'sentences_per_second': round(len(sources) / max(seconds, 1e-9), 2)}
-    files.WriteJson(results_path, out, sort_keys=False, ensure_ascii=False)
-    if example_rows:
-      out['examples'] = example_rows
-    return out
+    return languages, (bleu_sig, chrf_sig)
+
+  def _WriteHypotheses(self, test_set: heldout.TestSet, hyps: List[str]):
+    """<lang>.src, .ref and .hyp, a sentence a line, in the result directory (what compare_runs rescores)."""
+    out_dir = self.ResultDir(test_set.name)
+    os.makedirs(out_dir, exist_ok=True)
+    for lang, (begin, end) in _Spans(test_set).items():
+      pairs = test_set.pairs[lang]
+      for ext, lines in (('src', [s for s, _ in pairs]), ('ref', [t for _, t in pairs]), ('hyp', hyps[begin:end])):
+        files.WriteText(os.path.join(out_dir, f'{lang}.{ext}'), ''.join(line.replace('\n', ' ') + '\n'
+                                                                         for line in lines))
+
+
+def _Spans(test_set: heldout.TestSet) -> Dict[str, Tuple[int, int]]:
+  """{lang: (begin, end)} of each language's sentences in the test set's order."""
+  spans, pos = {}, 0
+  for lang, pairs in test_set.pairs.items():
+    spans[lang] = (pos, pos + len(pairs))
+    pos += len(pairs)
+  return spans
+
+
+def _Examples(test_set: heldout.TestSet, hyps: List[str], examples: int) -> List[Dict]:
+  """`examples` (lang, source, reference, hypothesis) rows, from languages spread over the test set."""
+  langs, spans, rows = list(test_set.pairs), _Spans(test_set), []
+  step = max(1, len(langs) // examples)
+  for k, lang in enumerate(langs[::step][:examples]):
+    # Catalogs share their first strings across languages: take a different sentence from each.
+    j = (k * 7919 + 13) % len(test_set.pairs[lang])
+    s, t = test_set.pairs[lang][j]
+    rows.append({'lang': lang, 'source': s, 'reference': t, 'hypothesis': hyps[spans[lang][0] + j]})
+  return rows
 
 
 def _CheckpointStep(path: str) -> int:

@@ -10,6 +10,7 @@ What a run writes to its log directory (Lingvo/Praxis habits):
   data.json                     the corpus build trained on (name, version, fingerprint): a resume on another
                                 build is refused, and reports name the corpus their scores come from.
 """
+import dataclasses
 import json
 import os
 import signal
@@ -28,13 +29,9 @@ from lingvo_gshard.train import budget as budget_lib
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import corpus_identity
 from lingvo_gshard.train import dev_metrics
+from lingvo_gshard.train import progress as _progress
 from lingvo_gshard.utils import files
 from lingvo_gshard.utils import provenance
-
-
-def _Hms(seconds: float) -> str:
-  seconds = int(seconds)
-  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
 
 def _Unless(restore: Callable, path: str):
@@ -80,6 +77,27 @@ class _SignalsSaved:
     return False
 
 
+@dataclasses.dataclass
+class _Run:
+  """The training loop's state between its actions (one process's run from a restored step)."""
+  step: int                                # the last step trained
+  saved_step: int                          # the last step saved
+  budget_start: float                      # clock value the time budget counts from
+  last: Dict[str, float] = dataclasses.field(default_factory=dict)  # the last logged metrics
+  skipped: int = 0                         # updates skipped for a non-finite loss
+  input_seconds: Optional[float] = None    # until the first batch (None before it)
+  first: bool = True                       # this step is the process's first
+  compiling: bool = True                   # the next step traces the train step (again)
+  compiled: bool = False                   # the step just run compiled it
+  compile_seconds: float = 0.0
+  step_began: float = 0.0
+  decide_at: Optional[int] = None          # the step the time budget decides at
+  timed_step: Optional[int] = None         # where the budget's step timing starts
+  timed_since: Optional[float] = None      # and when the run got there
+  deadline: Optional[float] = None         # when the budget ends (set by this process's decision)
+  last_eval: float = 0.0                   # seconds of a dev evaluation, kept free before the deadline
+
+
 class Trainer:
   """Trains `experiment` under `partitioner`, logging to `logdir`."""
 
@@ -93,7 +111,19 @@ class Trainer:
     of sleeping)."""
     self.exp, self.partitioner, self.logdir, self.log = experiment, partitioner, logdir, log
     self._clock = clock
-    self.params = experiment_lib.ExperimentParams(experiment, data_dir or '')
+    self._ResolveParams(data_dir, overrides, max_steps, max_train_seconds)
+    manifest = self._CheckBeforeWriting()
+    self._BuildLearner(runner)
+    self._OpenLogdir(manifest)
+    self._resumed_seconds = None  # training seconds before this process, read at the first save
+    self._commit = provenance.CodeCommit() if self.chief else ''  # recorded with every save
+    self._dev_rows: Optional[List[Dict]] = None  # in-training dev evaluations, for early stopping
+    self._dev_batches: Optional[List[Dict]] = None  # read at the first evaluation, scored at every one
+
+  def _ResolveParams(self, data_dir, overrides, max_steps, max_train_seconds):
+    """The run's params: the experiment's, the overrides, what it leaves to the machine, the flags, the
+    time budget and the schedule's end."""
+    self.params = experiment_lib.ExperimentParams(self.exp, data_dir or '')
     self.overrides = experiment_lib.ApplyOverrides(self.params, overrides) if overrides else []
     self.resolved = hardware.ResolveAuto(self.params)  # what the experiment leaves to this machine
     if max_steps is not None:
@@ -106,29 +136,42 @@ class Trainer:
     self.learner_p = self.params.learner
     self.inputs = {s: self.params.input.Get(s) if s in self.params.input else None for s in ('train', 'dev')}
     if self.inputs['train'] is None:
-      raise ValueError(f'{type(experiment).__name__} has no Train() input; it can be analysed, not trained')
+      raise ValueError(f'{type(self.exp).__name__} has no Train() input; it can be analysed, not trained')
+
+  def _CheckBeforeWriting(self) -> Dict:
+    """Everything that can be checked before the log directory is touched; returns the corpus manifest."""
     self._CheckMemory()  # builds the layers: bad layer params fail here, before any data or file is touched
     from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
     manifest = reader.LoadManifest(self.inputs['train'].data_dir)  # a missing or empty corpus: one line
     try:
-      os.makedirs(logdir, exist_ok=True)
+      os.makedirs(self.logdir, exist_ok=True)
     except OSError as e:
-      raise ValueError(f'--logdir {logdir}: cannot create it ({e.strerror})') from None
-    if not os.access(logdir, os.W_OK):
-      raise ValueError(f'--logdir {logdir}: not writable')
-    self.learner = learner_lib.Learner(self.task, self.learner_p.optimizer, partitioner, self.learner_p.seed,
-                                       skip_nonfinite=self.learner_p.on_nonfinite == 'skip', runner=runner)
-    log(self.learner.runner.Describe())
+      raise ValueError(f'--logdir {self.logdir}: cannot create it ({e.strerror})') from None
+    if not os.access(self.logdir, os.W_OK):
+      raise ValueError(f'--logdir {self.logdir}: not writable')
+    return manifest
+
+  def _BuildLearner(self, runner):
+    """The model, its optimizer and compiled steps, and the checkpoint that holds them."""
+    self.learner = learner_lib.Learner(self.task, self.learner_p.optimizer, self.partitioner,
+                                       self.learner_p.seed, skip_nonfinite=self.learner_p.on_nonfinite == 'skip',
+                                       runner=runner)
+    self.log(self.learner.runner.Describe())
     self.checkpoint = tf.train.Checkpoint(step=self.learner.global_step, **checkpoints.CheckpointObjects(
         self.learner.model, self.learner.optimizer))
     # Several DTensor clients (hosts) may run this loop on one mesh: each reads the same input and saves its
     # shards of every checkpoint; only the first writes the text files, summaries and the state-file repair.
-    multi = partitioner.backend == 'dtensor' and dtensor.num_clients() > 1
+    multi = self.partitioner.backend == 'dtensor' and dtensor.num_clients() > 1
     self.client = dtensor.client_id() if multi else None
     self.chief = self.client in (None, 0)
     self.input_checkpoint = None  # multi-client: each client's input position, beside the checkpoint
+
+  def _OpenLogdir(self, manifest: Dict):
+    """Checks the log directory's checkpoints and corpus against this run, then writes what the run is
+    (params.txt, data.json, post_init_model_params.txt) and opens the checkpoint manager and summaries."""
+    logdir = self.logdir
     # Before the manager reads the state file.
-    self.candidates = checkpoints.CheckpointCandidates(logdir, log, repair=self.chief)
+    self.candidates = checkpoints.CheckpointCandidates(logdir, self.log, repair=self.chief)
     # Another model's checkpoints are refused before anything in the log directory is rewritten.
     self._objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
     self._matching = set()  # checkpoints already checked against the model
@@ -146,18 +189,14 @@ class Trainer:
       # A run resumed from before data.json existed keeps no record: its first steps' corpus is unknown.
       if recorded or not self.candidates:
         files.WriteJson(os.path.join(logdir, corpus_identity.DATA_FILE), data)
-      with open(os.path.join(logdir, 'post_init_model_params.txt'), 'w') as f:
-        f.write(self.learner.model.VariablesSummary(partitioner) + '\n')
+      files.WriteText(os.path.join(logdir, 'post_init_model_params.txt'),
+                      self.learner.model.VariablesSummary(self.partitioner) + '\n')
     lp = self.learner_p
     self.manager = tf.train.CheckpointManager(
         self.checkpoint, logdir, max_to_keep=lp.keep_checkpoints,
         keep_checkpoint_every_n_hours=lp.keep_checkpoint_every_n_hours or None)
     self.writers = {s: tf.summary.create_file_writer(os.path.join(logdir, s)) if self.chief else
                     tf.summary.create_noop_writer() for s in ('train', 'dev')}
-    self._resumed_seconds = None  # training seconds before this process, read at the first save
-    self._commit = provenance.CodeCommit() if self.chief else ''  # recorded with every save
-    self._dev_rows: Optional[List[Dict]] = None  # in-training dev evaluations, for early stopping
-    self._dev_batches: Optional[List[Dict]] = None  # read at the first evaluation, scored at every one
 
   def _Budget(self) -> Optional[budget_lib.TimeBudget]:
     """The time budget still to be decided (None: no budget, or one decided before, whose max_steps this
@@ -368,101 +407,121 @@ class Trainer:
       return self._Loop(data, step, signals, evaluate, began - spent)
 
   def _Loop(self, data, step, signals, evaluate, budget_start):
-    lp = self.learner_p
-    last, window_tokens, window_steps, window_start = {}, 0.0, 0, self._clock()
-    began = start = window_start
-    start_step, input_seconds, saved_step, skipped = step, None, step, 0
-    compiling, decide_at = True, None  # compiling: the next step traces the train step (again)
-    timed_step, timed_since = None, None  # where the budget's step timing starts, and when it got there
-    deadline, last_eval = None, 0.0  # set by this process's budget decision: when the budget ends
-    while step < lp.max_steps:
-      batch = {k: v.numpy() for k, v in next(data).items()}
-      first = input_seconds is None
-      if first:
-        input_seconds = self._clock() - start
-      step_began, compiled = self._clock(), compiling
-      metrics = self.learner.TrainStep(batch)
-      step += 1
-      if not float(self.partitioner.Fetch(metrics['finite'])):
-        if lp.on_nonfinite == 'stop':
-          raise FloatingPointError(
-              f'step {step}: loss {float(self.partitioner.Fetch(metrics["loss"]))}, gradient norm '
-              f'{float(self.partitioner.Fetch(metrics["grad_norm"]))}; stopped before saving (last checkpoint: '
-              f'step {saved_step}); learner.on_nonfinite : skip would skip such steps')
-        skipped += 1
-        self.log(f'step {step}: non-finite loss or gradient, update skipped ({skipped} so far)')
-      if compiled:
-        compile_seconds, compiling = self._clock() - step_began, False
-        if self.budget is not None and decide_at is None:
-          decide_at = self.budget.DecisionStep(step)
-          # The second half of the steps before the decision is timed: the input pipeline's start-up (shuffle
-          # buffers filling beside the first steps) slows the first half.
-          timed_step = (step + decide_at) // 2  # DecisionStep leaves >= 5 steps: this is before decide_at
-        if first:
-          self.log(f'first batch after {input_seconds:.0f}s, first step (compiling it) {compile_seconds:.0f}s; '
-                   f'training to step {lp.max_steps}' + (
-                       f' at most: the time budget decides after step {decide_at}' if decide_at else ''))
-        else:
-          self.log(f'step {step}: the train step compiled again in {compile_seconds:.0f}s')
-        # Rates and the ETA count from here: neither start-up cost recurs.
-        start, start_step, window_start = self._clock(), step, self._clock()
+    """Trains from `step` to max_steps: each step is the list of named actions below, in order."""
+    lp, run = self.learner_p, _Run(step=step, saved_step=step, budget_start=budget_start)
+    progress = self._progress = _progress.Progress(self._clock, step)
+    while run.step < lp.max_steps:
+      batch, metrics = self._Step(data, run, progress)
+      self._CheckFinite(metrics, run)
+      if run.compiled:
+        self._AfterCompiling(run, progress)
       else:
-        window_tokens += float(batch['tgt_weights'].sum())
-        window_steps += 1
-      if step % lp.log_interval == 0 or step == lp.max_steps:
-        fetched = {k: self.partitioner.Fetch(v) for k, v in metrics.items()}
-        last = {k: float(v) for k, v in fetched.items() if v.ndim == 0}
-        elapsed = self._clock() - window_start
-        last['target_tokens_per_sec'] = window_tokens / max(elapsed, 1e-9)
-        last['skipped_steps'] = float(skipped)
-        self._Summaries('train', last, step, {k: v for k, v in fetched.items() if v.ndim == 1})
-        now = self._clock()
-        eta = (now - start) / max(step - start_step, 1) * (lp.max_steps - step)
-        self.log(f'step {step:6d}/{lp.max_steps} loss {last["loss"]:.4f} xent {last["xent"]:.4f} '
-                 f'aux {last["aux_loss"]:.3f} lr {last["learning_rate"]:.2e} '
-                 f'{last["target_tokens_per_sec"]:.0f} tgt tok/s '
-                 + (f'{elapsed / window_steps:.3f} s/step ' if window_steps else '')
-                 + f' elapsed {_Hms(now - began)} eta {_Hms(eta)}')
-        window_tokens, window_steps, window_start = 0.0, 0, self._clock()
-      if step == timed_step:
-        timed_since = self._clock()
-      if step == decide_at:
-        per_step = (self._clock() - timed_since) / (step - timed_step)
-        seconds = self.budget.seconds
-        compiling, last_eval = self._DecideBudget(step, self._clock() - budget_start, per_step, compile_seconds,
-                                                  evaluate)
-        if self.client is None:  # clients of one mesh must stop at the same step: they keep to max_steps
-          deadline = budget_start + seconds
-        decide_at, start, start_step = None, self._clock(), step
-        window_tokens, window_steps, window_start = 0.0, 0, self._clock()
-      stop = evaluate and lp.eval_interval and step % lp.eval_interval == 0 and self._RunEval(step)
-      # Out of time when another step like this one and the end-of-run evaluation would no longer fit (the
-      # machine slowed down after the decision).
-      late = (deadline is not None and step < lp.max_steps
-              and 2 * self._clock() - step_began + last_eval > deadline)
-      if late and self.chief:
-        budget_lib.RecordStop(self.logdir, step, self._clock() - budget_start)
-      if late:
-        self.log(f'step {step}: the time budget ends: stopping {lp.max_steps - step} steps before max_steps '
-                 f'{lp.max_steps} (the machine ran slower than timed)')
-      if step % lp.save_interval == 0 or step == lp.max_steps or stop or late:
-        self._Save(step, self._clock() - began)
-        saved_step = step
+        progress.Count(float(batch['tgt_weights'].sum()))
+      if run.step % lp.log_interval == 0 or run.step == lp.max_steps:
+        self._LogStep(metrics, run, progress)
+      self._TimeForBudget(run, progress, evaluate)
+      stop = evaluate and lp.eval_interval and run.step % lp.eval_interval == 0 and self._RunEval(run.step)
+      late = self._OutOfTime(run)
+      if run.step % lp.save_interval == 0 or run.step == lp.max_steps or stop or late:
+        self._SaveStep(run, progress)
       if stop:
-        if signals.received:  # arrived during the evaluation: the job ends as preempted, not finished
-          raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
-        return last
+        self._RaiseIfSignalled(signals, run)  # arrived during the evaluation: preempted, not finished
+        return run.last
       if signals.received:
-        if saved_step != step:
-          self._Save(step, self._clock() - began)
-        raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
+        if run.saved_step != run.step:
+          self._SaveStep(run, progress)
+        self._RaiseIfSignalled(signals, run)
       if late:
         break
-    if evaluate and lp.eval_interval and step % lp.eval_interval:
-      self._RunEval(step)
-      if signals.received:
-        raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{step}'))
-    return last
+    if evaluate and lp.eval_interval and run.step % lp.eval_interval:
+      self._RunEval(run.step)
+      self._RaiseIfSignalled(signals, run)
+    return run.last
+
+  def _Step(self, data, run: '_Run', progress: _progress.Progress):
+    """Reads a batch and trains one step on it; returns (batch, metrics)."""
+    batch = {k: v.numpy() for k, v in next(data).items()}
+    run.first = run.input_seconds is None
+    if run.first:
+      run.input_seconds = self._clock() - progress.began
+    run.step_began, run.compiled = self._clock(), run.compiling
+    metrics = self.learner.TrainStep(batch)
+    run.step += 1
+    return batch, metrics
+
+  def _CheckFinite(self, metrics, run: '_Run'):
+    """A non-finite loss or gradient: stops the run (learner.on_nonfinite 'stop') or counts a skipped update."""
+    if float(self.partitioner.Fetch(metrics['finite'])):
+      return
+    if self.learner_p.on_nonfinite == 'stop':
+      raise FloatingPointError(
+          f'step {run.step}: loss {float(self.partitioner.Fetch(metrics["loss"]))}, gradient norm '
+          f'{float(self.partitioner.Fetch(metrics["grad_norm"]))}; stopped before saving (last checkpoint: '
+          f'step {run.saved_step}); learner.on_nonfinite : skip would skip such steps')
+    run.skipped += 1
+    self.log(f'step {run.step}: non-finite loss or gradient, update skipped ({run.skipped} so far)')
+
+  def _AfterCompiling(self, run: '_Run', progress: _progress.Progress):
+    """The step just run compiled the train step: says how long it took, and plans the budget's timing."""
+    run.compile_seconds, run.compiling = self._clock() - run.step_began, False
+    if self.budget is not None and run.decide_at is None:
+      run.decide_at = self.budget.DecisionStep(run.step)
+      # The second half of the steps before the decision is timed: the input pipeline's start-up (shuffle
+      # buffers filling beside the first steps) slows the first half.
+      run.timed_step = (run.step + run.decide_at) // 2  # DecisionStep leaves >= 5 steps: before decide_at
+    if run.first:
+      self.log(f'first batch after {run.input_seconds:.0f}s, first step (compiling it) '
+               f'{run.compile_seconds:.0f}s; training to step {self.learner_p.max_steps}' + (
+                   f' at most: the time budget decides after step {run.decide_at}' if run.decide_at else ''))
+    else:
+      self.log(f'step {run.step}: the train step compiled again in {run.compile_seconds:.0f}s')
+    progress.Restart(run.step)
+
+  def _LogStep(self, metrics, run: '_Run', progress: _progress.Progress):
+    """Training summaries and the log line of this step."""
+    fetched = {k: self.partitioner.Fetch(v) for k, v in metrics.items()}
+    run.last = {k: float(v) for k, v in fetched.items() if v.ndim == 0}
+    progress.Rate(run.last)
+    run.last['skipped_steps'] = float(run.skipped)
+    self._Summaries('train', run.last, run.step, {k: v for k, v in fetched.items() if v.ndim == 1})
+    self.log(progress.Line(run.step, self.learner_p.max_steps, run.last))
+    progress.NextWindow()
+
+  def _TimeForBudget(self, run: '_Run', progress: _progress.Progress, evaluate: bool):
+    """Times the steps before the budget's decision, and decides at its step (setting the deadline)."""
+    if run.step == run.timed_step:
+      run.timed_since = self._clock()
+    if run.step != run.decide_at:
+      return
+    per_step = (self._clock() - run.timed_since) / (run.step - run.timed_step)
+    seconds = self.budget.seconds
+    run.compiling, run.last_eval = self._DecideBudget(run.step, self._clock() - run.budget_start, per_step,
+                                                      run.compile_seconds, evaluate)
+    if self.client is None:  # clients of one mesh must stop at the same step: they keep to max_steps
+      run.deadline = run.budget_start + seconds
+    run.decide_at = None
+    progress.Restart(run.step)
+
+  def _OutOfTime(self, run: '_Run') -> bool:
+    """True when another step like this one and the end-of-run evaluation would no longer fit the budget
+    (the machine slowed down after the decision); records and logs the stop."""
+    lp = self.learner_p
+    late = (run.deadline is not None and run.step < lp.max_steps
+            and 2 * self._clock() - run.step_began + run.last_eval > run.deadline)
+    if late and self.chief:
+      budget_lib.RecordStop(self.logdir, run.step, self._clock() - run.budget_start)
+    if late:
+      self.log(f'step {run.step}: the time budget ends: stopping {lp.max_steps - run.step} steps before '
+               f'max_steps {lp.max_steps} (the machine ran slower than timed)')
+    return late
+
+  def _SaveStep(self, run: '_Run', progress: _progress.Progress):
+    self._Save(run.step, self._clock() - progress.began)
+    run.saved_step = run.step
+
+  def _RaiseIfSignalled(self, signals, run: '_Run'):
+    if signals.received:
+      raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{run.step}'))
 
   def _Save(self, step, seconds):
     """Writes ckpt-<step> and appends {step, wall-clock of training so far, code commit} to checkpoints.jsonl
