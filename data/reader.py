@@ -34,8 +34,8 @@ _BUILDERS = {}
 
 
 def _Builder(data_dir, manifest):
-  # One checked builder per build: making one reads the dataset info and takes ~0.3 s, and the vocabulary
-  # sample and the evaluator open every language's slice in turn.
+  # One checked builder per build: making one reads and checks the dataset info (a fixed cost per call), and
+  # the vocabulary sample and the evaluator open every language's slice in turn.
   key = (os.path.abspath(data_dir), manifest.get('fingerprint'), manifest.get('built_at'))
   if key not in _BUILDERS:
     _BUILDERS.clear()

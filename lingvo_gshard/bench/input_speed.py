@@ -25,7 +25,8 @@ def Throughput(inp, warmup, batches):
   after = inp.Stats()
   ls, lt = inp.RowLengths()
   read = after['examples'] - before['examples']
-  # 7 decimals of seconds: on a tiny corpus the timed batches take ~2 ms, and 4 would skew tokens/s by 2%.
+  # 7 decimals of seconds: on a tiny corpus the timed batches take milliseconds, and 4 decimals would skew
+  # a tokens/s recomputed from them by whole percents.
   return {
       'first_batch_seconds': round(first, 2), 'timed_batches': batches, 'seconds': round(seconds, 7),
       'source_tokens': src_tokens, 'target_tokens': tgt_tokens, 'rows': rows, 'examples': examples,

@@ -37,7 +37,8 @@ class Config:
   wi_layout: str = 'auto'
 
 
-# The targets of the issue, on the 2-core CPU.
+# The targets the report checks: ratios measured within one run (MoE over dense, FLOP/s over the matmul's,
+# E sweep).
 _TARGET_MOE_OVER_DENSE = 1.15
 _TARGET_FLOPS_FRACTION = 0.80
 _TARGET_SWEEP_RATIO = 1.3
@@ -113,8 +114,8 @@ def _matmul_case(n, a, b, compile_mode):
 def _Wait(outputs):
   """Returns when `outputs` are computed, without copying them.
 
-  `t.numpy()` copies a CPU tensor (12 ms for one 134 MB expert gradient at E=128 here), which charged the
-  benchmark's own copies to the steps with the largest weights. A tf.function call in (default) synchronous
+  `t.numpy()` copies a CPU tensor (one expert gradient is 134 MB at E=128), which charged the benchmark's own
+  copies to the steps with the largest weights. A tf.function call in (default) synchronous
   eager mode returns computed outputs on a CPU (the machine these benchmarks target; GPU kernels would
   still be queued on streams); async_wait also covers async eager mode.
   """

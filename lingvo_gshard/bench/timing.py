@@ -31,7 +31,7 @@ def Matmul(n):
   a = tf.random.normal([n, n])
   mm = tf.function(lambda a: tf.matmul(a, a), jit_compile=True)
   mm(a)
-  # Not `.numpy()`: copying the 16 MB result out would add ~4% to the reference's time. A tf.function call
+  # Not `.numpy()`: copying the 16 MB result out would be timed as part of the reference. A tf.function call
   # in synchronous eager mode returns computed outputs on a CPU (GPU kernels would still be queued);
   # async_wait also covers async eager mode.
   return 2 * n**3, lambda: (mm(a), context.async_wait())

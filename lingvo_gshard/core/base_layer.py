@@ -279,10 +279,10 @@ def Dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor], name: str) -> 
     raise ValueError(f'dropout rate of {name!r} must be in [0, 1), got {rate}')
   threshold = min(max(round(rate * 2**16), 1), 2**16 - 1)
   scale = 2**16 / (2**16 - threshold)
-  # Philox explicitly: tf.nn.experimental.stateless_dropout's 'auto_select' generator runs ~70x slower under
-  # XLA on CPU (170 ms vs 2.3 ms for 0.5 M draws). Philox was still ~10% of M4TinyDense's step, so each uint32
-  # draw serves two elements (its low and high 16 bits), and the mask is a product whose gradient is one
-  # multiply: 3.7 vs 5.7 ms forward + backward on 2 M elements in a TF graph.
+  # Philox explicitly: tf.nn.experimental.stateless_dropout's 'auto_select' generator is far slower under XLA
+  # on CPU. Drawing bits is still a visible share of a small model's step, so each uint32 draw serves two
+  # elements (its low and high 16 bits), and the mask is a product whose gradient is one multiply
+  # (docs/guides/design_measurements.md).
   if x.shape.rank == 0:
     return tf.reshape(Dropout(tf.reshape(x, [1]), rate, seed, name), [])
   shape = tf.shape(x)
@@ -300,9 +300,9 @@ def Dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor], name: str) -> 
 def _KeepHalves(bits, threshold: int, bitcast: bool):
   """[..., W] uint32 -> [..., W, 2] bool: (low 16 bits, high 16 bits) >= threshold.
 
-  bitcast=True reinterprets the words as uint16 pairs (free; in a TF graph 3.7 ms per 2 M elements forward +
-  backward, against 5.9 ms for the comparisons). DTensor's SPMD expansion rejects that bitcast on sharded
-  tensors, so other backends compare the halves (the same masks; under XLA both cost the same).
+  bitcast=True reinterprets the words as uint16 pairs (free, where the comparisons are extra elementwise
+  kernels in a TF graph; docs/guides/design_measurements.md). DTensor's SPMD expansion rejects that bitcast
+  on sharded tensors, so other backends compare the halves (the same masks; under XLA both cost the same).
   """
   if bitcast:
     return tf.bitcast(bits, tf.uint16) >= tf.constant(threshold, tf.uint16)

@@ -207,8 +207,9 @@ class Adafactor(Optimizer):
 
   def Update(self, value, grad, slots, lr, step):
     # Written for few passes over weight-sized tensors (each is a separate kernel in a TF-graph step, and
-    # the update was ~7% of M4TinyDense's step): 9 reads and 4 writes of them instead of 15 and 8. An XLA
-    # island of the whole update measured 2% slower than these TF kernels on the 2-core CPU.
+    # the update is a visible share of a small model's step): 9 reads and 4 writes of them instead of 15
+    # and 8. An XLA island of the whole update was no faster than these TF kernels (XLA's CPU backend turns
+    # the column means into reduce-windows; docs/guides/design_measurements.md).
     p = self.p
     decay = 1.0 - tf.pow(step, -p.decay_exponent)
     num = float(max(value.shape.num_elements(), 1))

@@ -71,7 +71,7 @@ class MTInput:
     p.Define('batch_rows', 32, 'Rows per batch (static): packed rows or, unpacked, examples; 0: chosen by '
              'the runtime from auto_batch_rows (runtime/hardware.py ResolveAuto) before the input is built.')
     p.Define('auto_batch_rows', (32, 16), 'batch_rows = 0 only: (rows where bfloat16 matmuls are fast, rows '
-             'elsewhere); a float32 step of the same rows takes about twice as long.')
+             'elsewhere); a float32 step of the same rows is slower, so it takes fewer.')
     p.Define('bucket_tokens', 0, 'Unpacked only: batch by tokens instead of rows. Examples are bucketed by '
              'their longer side into lengths 8, 16, 32, ... up to the max lengths; a bucket of length b '
              'yields batches of bucket_tokens // b rows trimmed to b columns (one static shape per bucket). '

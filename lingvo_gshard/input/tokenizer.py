@@ -241,7 +241,7 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
             'source': [s for s, _ in pairs], 'target': [t for _, t in pairs]}[side]
     start = time.time()
     log(f'training SentencePiece {side} model: {size} pieces on {len(text)} sentences '
-        f'(about a minute per 300k sentences on 2 cores)...')
+        f'(all cores; the model is saved, and later runs load it)...')
     threads = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 2)
     model = TrainModel(text, size, tags, num_threads=threads)
     train_seconds = time.time() - start

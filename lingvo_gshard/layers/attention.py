@@ -67,8 +67,8 @@ class MultiHeadAttention(base_layer.BaseLayer):
     """q: [B,T,N,D], k/v: [B,S,N,D], bias: [B,1,T,S] -> context [B,T,N,D]. Softmax in float32."""
     q = q * tf.cast(self.dim_per_head ** -0.5, q.dtype)
     # Heads to the front once, then batched matmuls: TF's einsum transposes 'BTND,BSND->BNTS' operands and
-    # outputs itself, and again in each gradient einsum. Forward + backward of one attention on the 2-core
-    # CPU (B=16, T=S=128, N=4, D=64): 5.5 ms vs 6.9 ms with the two einsums. XLA makes the same dots.
+    # outputs itself, and again in each gradient einsum, copies a TF-graph step pays on every attention
+    # (docs/guides/design_measurements.md). XLA makes the same dots.
     q, k, v = (tf.transpose(t, [0, 2, 1, 3]) for t in (q, k, v))  # [B,N,L,D]
     logits = tf.matmul(q, k, transpose_b=True)  # [B,N,T,S]
     logits = tf.cast(logits, tf.float32) + bias

@@ -20,8 +20,8 @@ slot it finds the choice holding it, by sorting each group's slot keys e·C + po
 slot's key (integer work on [G,S·K] and [G,E·C], no M). Dispatch is then one row gather from x and combine one
 row gather from the expert output per (token, choice), weighted by gate. Their gradients are gathers too (the
 transpose of "slot reads its token" is "token reads its slots"), written with `tf.custom_gradient`, so neither
-direction emits a scatter. (Measured on the 2-core CPU, G=4 S=1024 E=16 M=256, routing + dispatch + combine
-forward and backward: 6.2 ms with these gathers, 8.5 ms with autodiff's scatter-add gradients.)
+direction emits a scatter: autodiff's scatter-add gradients are slower on CPU
+(docs/guides/design_measurements.md).
 
 All gathers are within a group (`batch_dims=1` over G), so with G split across devices they stay local; the
 only cross-device movement is the [G,E,C,M] <-> [E,G,C,M] transpose, which `annotate` turns into the
@@ -76,8 +76,8 @@ def _check_routing(expert_index, position, gate):
 def _lower_bound(sorted_keys, queries):
   """Per row, the first index i with sorted_keys[i] >= query, or N if there is none.
 
-  A vectorised binary search, ceil(log2(N + 1)) rounds of [G,Q] gathers. XLA lowers tf.searchsorted to an
-  O(N·Q) compare-and-count instead: 2.8 ms against 0.3 ms here for G=4, N=Q=2048.
+  A vectorised binary search, ceil(log2(N + 1)) rounds of [G,Q] gathers: O(Q·log N). XLA lowers
+  tf.searchsorted to an O(N·Q) compare-and-count instead (docs/guides/design_measurements.md).
 
   Args:
     sorted_keys: [G,N] int32, ascending along N.

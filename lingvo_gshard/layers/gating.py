@@ -354,8 +354,9 @@ def _prepare(logits, paddings, capacity):
 def _argmax(values):
   """G`S`E -> G`S int32 index of the maximum over E, the lowest index on ties (as tf.argmax).
 
-  A max and a min-index reduction: XLA's CPU argmax (a variadic reduce) took 0.65 ms on [4,1024,128], these
-  two 0.12 ms. Unlike tf.argmax, a row holding a NaN gives E-1 (NaN equals no maximum).
+  A max and a min-index reduction: XLA lowers a CPU argmax to a variadic reduce, slower than these two plain
+  reductions (docs/guides/design_measurements.md). Unlike tf.argmax, a row holding a NaN gives E-1 (NaN
+  equals no maximum).
   """
   num = values.shape[-1]
   top = tf.reduce_max(values, axis=-1, keepdims=True)
@@ -368,9 +369,9 @@ _CUMSUM_BLOCK = 16
 
 def _exclusive_cumsum_s(claims):
   """G`S`E int32 -> exclusive cumsum over S, as two small triangular matmuls (within and across blocks of
-  16 tokens) in float32, exact for counts below 2^24. On [4,1024,128] under XLA's CPU backend one argmax +
-  cumsum (a reduce-window) + position took 1.7 ms, and the min-index argmax + this 0.6 ms; with both
-  changes, top-2 gating forward + backward took 1.7-1.8 ms instead of 4.7 ms at E=128 (0.3 ms at E=8).
+  16 tokens) in float32, exact for counts below 2^24. XLA's CPU backend lowers tf.cumsum to a reduce-window;
+  it and the variadic-reduce argmax were most of the gating cost that grows with E
+  (docs/guides/design_measurements.md).
   """
   s = claims.shape[1]
   if s is None or s < 2 * _CUMSUM_BLOCK:

@@ -127,10 +127,9 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
       numbers from one run-time seed). In a jit-compiled caller the islands are inlined and change nothing.
       Meant for a traced caller: called eagerly, the islands are traced and compiled again on every call.
     wi_layout: 'emh' (wi is [E,M,H]) or 'ehm' (wi is [E,H,M], wo's layout, used transposed); same values.
-      Once the experts outgrow the caches, TF's oneDNN batched matmuls stream an [E,H,M] wi faster: expert
-      FFN forward + backward at E=128 (64 slots per expert, M=256, H=1024) took 73.7 vs 78.7 ms in a TF
-      graph, 63-64 ms either way at E=8. XLA's CPU dots prefer [E,M,H] (81.0 vs 86.9 ms at E=128); TPUs
-      pick their own layouts.
+      Once the experts outgrow the caches, TF's oneDNN batched matmuls stream an [E,H,M] wi faster, while
+      XLA's CPU dots prefer [E,M,H]; while the expert weights fit in the caches the two tie, and TPUs pick
+      their own layouts (docs/guides/design_measurements.md).
     hidden_dropout: applied to the experts' hidden activations [E, G·C, H] after `activation` (e.g. dropout
       while training; row g·C + c of expert e is its slot c of group g); identity if None.
 
@@ -190,7 +189,7 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
     paddings = tf.convert_to_tensor(paddings)
   x = annotate(x, ('group', 'length', 'model'))
   # The router matmul stays out of the islands, with the expert matmuls: at E=128 it is 3% of the step's
-  # FLOPs, and forward + backward took 5.7 ms under XLA CPU against 3.6 ms with TF's kernels (2 cores).
+  # FLOPs, and TF's kernels run it faster than XLA's CPU dots (docs/guides/design_measurements.md).
   logits = router_logits(x, w_gate)
   expert_in, to_combine, aux_loss, stats = _route_and_dispatch(x, logits, paddings, seed)
 
@@ -204,8 +203,8 @@ def _expert_ffn(expert_in, wi, wo, activation, annotate, wi_transposed=False, hi
 
   Batched matmuls on [E, G·C, M] rather than einsums on [E,G,C,M]: the reshapes are free (XLA bitcasts,
   TF buffer aliasing; DTensor keeps G's sharding on the merged dim), while TF's einsum gradient for the
-  weights contracts two dims (G, C) and copies operands to do so: in graph mode on the 2-core CPU, experts
-  forward + backward at E=128, C=16 took 1.6-2x as long with einsums. Under XLA both are the same dots.
+  weights contracts two dims (G, C) and copies operands to do so, which made a TF-graph step's experts
+  markedly slower with einsums (docs/guides/design_measurements.md). Under XLA both are the same dots.
   """
   num_experts, capacity, model_dim = expert_in.shape[0], expert_in.shape[2], expert_in.shape[3]
   hidden_dim = wo.shape[1]

@@ -12,7 +12,7 @@ _NEG_INF = -1e9
 
 # Activations of (XLA-compiled) decoding, whatever training used: the activation dtype is no part of the
 # weights, and XLA's CPU backend computes bfloat16 by converting to float32 and back, so bfloat16 beam search
-# was only slower there (docs/recipe.md).
+# was only slower there (docs/guides/design_measurements.md).
 DECODE_FPROP_DTYPE = tf.float32
 
 
@@ -92,11 +92,11 @@ def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_
 def TopK(x, k, chunk=128):
   """tf.math.top_k(x, k) over the last axis of a [B, N] x (values, indices), for small k and large N.
 
-  XLA's CPU top-k over a beam's K*V candidates is a sizeable share of a beam-search step (docs/recipe.md,
-  "Session 7"), while a max over every value is one cheap pass. The k largest values lie in the k chunks
-  with the largest maxima (a value outside those chunks has k chunk maxima, each in a different chunk, above
-  it), so a max per chunk, a top-k over the chunk maxima and one over the k*chunk values of those chunks give
-  the same values and indices (among equal values the chosen indices may differ).
+  XLA's CPU top-k over a beam's K*V candidates is a sizeable share of a beam-search step
+  (docs/guides/design_measurements.md), while a max over every value is one cheap pass. The k largest values
+  lie in the k chunks with the largest maxima (a value outside those chunks has k chunk maxima, each in a
+  different chunk, above it), so a max per chunk, a top-k over the chunk maxima and one over the k*chunk
+  values of those chunks give the same values and indices (among equal values the chosen indices may differ).
   """
   n = x.shape[-1]
   if n is None or n <= 2 * k * chunk:
@@ -155,7 +155,7 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
                      'assumes the length penalty grows with length')
   k = beam_size
   b = tf.shape(src_ids)[0]
-  # The source is encoded once per row (encoding K copies cost ~15% of a beam-4 decode), and its
+  # The source is encoded once per row (K copies would repeat the encoder's work K times), and its
   # cross-attention keys, values and mask stay one per row: attention reads them for all K beams of the row.
   # Only the self-attention caches, which differ per beam, are K per row.
   lengths = CacheLengths(max_len, first_cache_len)

@@ -96,7 +96,7 @@ def Plot(runs: Dict[str, List[Dict]], path: str, title: str):
                         label=name)
   for row, metric in enumerate(('BLEU', 'chrF')):
     axes[row][0].set_xlabel('step')
-    axes[row][1].set_xlabel('training wall-clock (minutes, 2 cores)')
+    axes[row][1].set_xlabel('training wall-clock (minutes)')
     for ax in axes[row]:
       ax.set_ylabel(metric)
       ax.grid(alpha=0.3)

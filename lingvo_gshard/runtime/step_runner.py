@@ -35,9 +35,10 @@ def CompileIsland(fn: Callable) -> Callable:
 def DefaultJit(flags=None) -> Tuple[bool, str]:
   """(jit, why) for the none backend on this machine.
 
-  Measured with tools/model_benchmark.py and tools/moe_benchmark.py (docs/step_modes.md): on a 2-core
-  AVX-512 CPU a TF-graph step with islands beat whole-step jit (oneDNN's matmuls are faster than XLA CPU's);
-  on an AVX2-only CPU jit won at every expert count. Accelerators always want jit.
+  The rule comes from timing both modes with tools/model_benchmark.py and tools/moe_benchmark.py
+  (docs/guides/design_measurements.md): where the CPU has AVX-512, a TF-graph step with islands beat
+  whole-step jit (oneDNN's matmuls are faster than XLA CPU's); on an AVX2-only CPU jit won at every expert
+  count. Accelerators always want jit.
   """
   if tf.config.list_physical_devices('GPU') or tf.config.list_physical_devices('TPU'):
     return True, 'an accelerator: whole-step XLA'
