@@ -266,8 +266,8 @@ def test_benchmark_library_refuses_unknown_modes_and_dispatch():
   with pytest.raises(ValueError, match="unknown dispatch 'sorted'"):
     moe_ffn.BuildCases(moe_ffn.Config(groups=1, group_size=8, model_dim=4, hidden_dim=4, num_experts=2,
                                       dispatch=['sorted'], sweep_experts=[], matmul_dim=8))
-  assert moe_ffn.WiLayout('jit') == 'emh' and moe_ffn.WiLayout('hybrid') == 'ehm'
-  assert moe_ffn.WiLayout('hybrid', 'emh') == 'emh'
+  assert moe_ffn.WiLayout('jit') == 'emh' and moe_ffn.WiLayout('graph') == 'ehm'
+  assert moe_ffn.WiLayout('graph', 'emh') == 'emh'
 
 
 def test_benchmark_tool_reports_consistent_figures(tmp_path):
@@ -280,13 +280,13 @@ def test_benchmark_tool_reports_consistent_figures(tmp_path):
   subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.moe_benchmark', f'--groups={g}',
                   f'--group_size={s}', f'--model_dim={m}', f'--hidden_dim={h}', '--num_experts=4',
                   '--dispatch=index', '--sweep_experts=4,8', '--matmul_dim=64', '--repeats=2', '--warmup=0',
-                  '--modes=jit,hybrid', '--keep_freed_memory', f'--json={out}'],
+                  '--modes=jit,graph', '--keep_freed_memory', f'--json={out}'],
                  check=True, capture_output=True, timeout=300)
   results = json.loads(out.read_text())
   assert results['config']['keep_freed_memory']
   rows = {r['name']: r for r in results['rows']}
   # --num_experts in every mode first, then the sweep.
-  moe_names = [f'MoE index E={e} C={c} {mode}' for e, c in ((4, 16), (8, 8)) for mode in ('jit', 'hybrid')]
+  moe_names = [f'MoE index E={e} C={c} {mode}' for e, c in ((4, 16), (8, 8)) for mode in ('jit', 'graph')]
   assert list(rows) == (['matmul 64^3 jit', 'matmul 64^3 graph', f'dense FFN H={2 * h} jit',
                          f'dense FFN H={2 * h} graph'] + moe_names)
   dense = {mode: rows[f'dense FFN H={2 * h} {mode}'] for mode in ('jit', 'graph')}
@@ -302,7 +302,7 @@ def test_benchmark_tool_reports_consistent_figures(tmp_path):
     assert r['gflop_per_s'] == pytest.approx(r['gflops'] / r['median_ms'] * 1e3)
     assert r['flops_fraction'] == pytest.approx(r['gflop_per_s'] / rows['matmul 64^3 jit']['gflop_per_s'])
   checks = {c['name']: c['value'] for c in results['checks']}
-  for mode in ('jit', 'hybrid'):
+  for mode in ('jit', 'graph'):
     main = rows[f'MoE index E=4 C=16 {mode}']
     for d in ('jit', 'graph'):
       name = f'MoE {mode} / dense {d}' + (' (best dense)' if dense[d] is best else '')

@@ -2,17 +2,17 @@ r"""Benchmarks the MoE FFN step (forward + backward) against a dense FFN of the 
 
   python -m lingvo_gshard.tools.moe_benchmark [--groups=4 --group_size=1024 --model_dim=256 \
       --hidden_dim=1024 --num_experts=16 --capacity_factor=2.0 --sweep_experts=8,16,32,64,128] \
-      [--modes=jit,hybrid] [--json=out.json] [--profile --intra_op_threads=1]
+      [--modes=jit,graph] [--json=out.json] [--profile --intra_op_threads=1]
 
 Every step returns y and the gradients w.r.t. x and all weights. Each runs in every --modes:
   * jit: the whole step is one XLA program (`tf.function(jit_compile=True)`), as on TPU;
-  * hybrid: a graph-mode `tf.function` (TF's own kernels: oneDNN matmuls on CPU) in which the MoE's routing +
-    dispatch and its combine run as two XLA islands (`moe_ffn(island=step_runner.CompileIsland)`); the dense FFN has nothing
-    to put in an island, so its hybrid row is its graph row;
-  * graph: graph mode without islands (routing and dispatch as hundreds of small TF ops).
+  * graph: the step runner's graph mode, a graph-mode `tf.function` (TF's own kernels: oneDNN matmuls on CPU)
+    in which the MoE's routing + dispatch and its combine run as two XLA islands
+    (`moe_ffn(island=step_runner.CompileIsland)`); the dense FFN has nothing to put in an island;
+  * graph_no_islands: graph mode without islands (routing and dispatch as hundreds of small TF ops).
 Measured in one process:
   * dense: relu(x·wi)·wo with hidden 2H on the same G·S tokens: the FLOPs of top-2 routing at cf = 2, once
-    per compile mode (jit; graph for the graph and hybrid modes);
+    per compile mode (jit; graph for both graph modes);
   * MoE at E = --num_experts with each dispatch path (--dispatch), in each mode;
   * the E sweep at fixed tokens (--sweep_experts, --sweep_dispatch), in each mode;
   * one large N x N x N matmul, jit-compiled: the machine's achievable FLOP/s, the reference of the FLOP/s
@@ -22,7 +22,7 @@ load from other processes slows every row alike; the table gives median and min 
 (max-min)/median, the median process CPU time split into user and system, and the minor page faults per step
 (fresh output buffers the kernel has to map and zero: system time). Trace = Python tracing to a graph;
 compile = first call minus trace minus the median step (XLA compiles the whole step in jit mode, the islands
-in hybrid mode). FLOPs count the matmuls executed: expert FFNs on all E·G·C slots (filled or not) plus the
+in graph mode). FLOPs count the matmuls executed: expert FFNs on all E·G·C slots (filled or not) plus the
 router, x3 for forward + backward.
 
 --profile prints where the time of the jit index step at --num_experts goes, per XLA op (from the XLA CPU
@@ -44,7 +44,8 @@ _HIDDEN_DIM = flags.DEFINE_integer('hidden_dim', 1024, 'H of each expert; the de
 _NUM_EXPERTS = flags.DEFINE_integer('num_experts', 16, 'E of the main comparison.')
 _CAPACITY_FACTOR = flags.DEFINE_float('capacity_factor', 2.0, 'cf: C = int(S*cf/E), rounded up to 4.')
 _DISPATCH = flags.DEFINE_list('dispatch', ['index', 'einsum'], 'Dispatch paths compared at --num_experts.')
-_MODES = flags.DEFINE_list('modes', ['jit', 'hybrid'], 'How steps run: jit, hybrid and/or graph (see above).')
+_MODES = flags.DEFINE_list('modes', ['jit', 'graph'], 'How steps run: jit, graph and/or graph_no_islands '
+                           '(see above).')
 _SWEEP_EXPERTS = flags.DEFINE_list('sweep_experts', ['8', '16', '32', '64', '128'],
                                    'E values of the sweep at fixed tokens; empty to skip.')
 _SWEEP_DISPATCH = flags.DEFINE_list('sweep_dispatch', ['index'], 'Dispatch paths of the E sweep.')
@@ -60,7 +61,7 @@ _KEEP_FREED_MEMORY = flags.DEFINE_bool(
 _WI_LAYOUT = flags.DEFINE_enum(
     'wi_layout', 'auto', ['auto', 'emh', 'ehm'],
     "Storage of the experts' first matmul (moe.moe_ffn's wi_layout). auto: each mode's faster one, 'ehm' for "
-    "TF-graph (hybrid, graph) steps and 'emh' for jit steps.")
+    "TF-graph steps and 'emh' for jit steps.")
 _PROFILE = flags.DEFINE_bool('profile', False, 'Print the per-op time of the index step at --num_experts.')
 _JSON = flags.DEFINE_string('json', '', "Write the results as JSON to this path ('-' = stdout).")
 
