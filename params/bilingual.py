@@ -34,7 +34,7 @@ TIERS = (
 # Training budget: steps proportional to the pair's training data, between a floor and a cap; dev loss is
 # evaluated (and a checkpoint written) EVALS_PER_RUN times a run and early stopping ends a run whose dev loss
 # has stopped falling. The floor is what the smallest pairs need (a small pair's baseline still gained from a
-# schedule longer than the steps it ended up using: docs/guides/design_measurements.md); the cap is what the
+# schedule longer than the steps it ended up using: docs/experiments/m4_tiny/reproduce.md); the cap is what the
 # CPU allows.
 STEPS_PER_PAIR = 0.6
 MIN_STEPS, MAX_STEPS = 1500, 2000

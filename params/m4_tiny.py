@@ -2,9 +2,9 @@
 
 `M4TinyDense`, `M4TinyMoE` and `M4TinyMoE64` have the same per-token FLOPs: the MoE model's experts have half the dense
 FFN's hidden size, and top-2 routing runs two of them per token (plus a router that costs M*E). Both are
-small enough to train on a CPU of a few cores (step times per machine: docs/guides/design_measurements.md).
+small enough to train on a CPU of a few cores (step times per machine: docs/guides/performance.md).
 
-Two recipes, one class constant block apart (docs/guides/design_measurements.md has the figures behind them):
+Two recipes, one class constant block apart (docs/experiments/recipe_search/README.md has the figures behind them):
   M4TinyMoEDemo, M4TinyDenseDemo   the 15-minute CPU budget of the README's main job: as many steps as
                                    fit (learner.max_train_seconds) of a smaller model (M=128, 2+2 layers)
                                    on twice the rows, a cosine schedule from a 100-step warm-up to the last
@@ -43,7 +43,7 @@ class M4TinyBase(experiment.Experiment):
   FPROP_DTYPE = 'auto'        # activation dtype; 'auto': the runtime's choice (bfloat16 where it is fast)
   # Packed rows per step; 0: the runtime picks from AUTO_BATCH_ROWS: (where bfloat16 is fast, elsewhere).
   # 32 rows are ~2,300 target tokens. Float32 activations make a step of as many rows slower, so float32 runs
-  # take half the rows and keep a step's time near the recipe's (docs/guides/design_measurements.md).
+  # take half the rows and keep a step's time near the recipe's (docs/guides/performance.md).
   BATCH_ROWS = 0
   AUTO_BATCH_ROWS = (32, 16)
   MAX_LENGTH = 64             # longest example kept (pieces + eos), either side
@@ -54,7 +54,7 @@ class M4TinyBase(experiment.Experiment):
   LANGUAGES = ()              # empty: every language of the corpus
   TEMPERATURE = 5.0           # p_l ∝ n_l^(1/T), the M4 setting
   # The recipe: Adafactor (the paper's optimizer) with a schedule that ends where the run does.
-  MAX_STEPS = 8500            # the 2-hour budget (bfloat16, 32 rows; times: docs/guides/design_measurements.md)
+  MAX_STEPS = 8500            # the 2-hour budget (bfloat16, 32 rows; times: docs/experiments/recipe_search/README.md)
   MAX_TRAIN_SECONDS = 0       # > 0: a wall-clock budget that sizes the run to the machine (MAX_STEPS caps it)
   SCHEDULE = 'cosine'         # warm-up, then a half cosine to 0 at MAX_STEPS
   LEARNING_RATE = 0.03        # peak (Adafactor scales it by each weight's RMS)
@@ -131,7 +131,7 @@ class M4TinyMoE(M4TinyBase):
   """Tiny GShard MoE (3+3 layers, 16 experts every other FFN) with the dense model's per-token FLOPs."""
   NUM_EXPERTS = 16
   # Without it the experts' 8x FFN weights memorise this small corpus: dev cross-entropy rises above the
-  # dense model's in the second half of the schedule (docs/guides/design_measurements.md).
+  # dense model's in the second half of the schedule (docs/experiments/m4_tiny/README.md).
   EXPERT_DROPOUT = 0.4
 
 
@@ -148,7 +148,7 @@ class _Demo:
   schedule there; budget.json records the count), no dropout, Adafactor with momentum (in so few steps
   momentum's faster start outweighs its extra weight-sized slot). 15 CPU-minutes are a small compute budget:
   the model that learns most in them is smaller than the 2-hour one and sees more tokens
-  (docs/guides/design_measurements.md)."""
+  (docs/experiments/recipe_search/README.md)."""
   MAX_TRAIN_SECONDS = 900
   MAX_STEPS = 5000            # the cap: a machine fast enough to pass it trains 5,000 steps in < 15 minutes
   MODEL_DIM = 128

@@ -1,4 +1,4 @@
-"""Paired bootstrap of two runs' decodes (train/significance.py, tools/compare_runs.py): point scores equal
+"""Paired bootstrap of two runs' decodes (report/significance.py, tools/compare_runs.py): point scores equal
 sacrebleu's corpus scores, resampled scores from summed sentence statistics equal sacrebleu on the resampled
 sentence lists, and the intervals behave (zero for one run against itself, excluding zero for a clearly
 better run)."""
@@ -206,7 +206,7 @@ def _Pack(result_dir, archive, names, arcdir=''):
 def _Packed(tmp_path_factory):
   """A decode of a built corpus's test split (each reference with a fifth of its words replaced; 'de' only its
   first 25 sentences, as --max_sentences decodes), as the evaluator leaves it, and packed the way
-  docs/m4_tiny/runs/hypotheses/ keeps decodes: results.json and the hypotheses only."""
+  docs/experiments/m4_tiny/runs/hypotheses/ keeps decodes: results.json and the hypotheses only."""
   root = tmp_path_factory.mktemp('packed')
   data_dir = input_helpers.BuildCorpus(str(root / 'corpus'))
   corpus = heldout.FromCorpus(data_dir, 'test', log=lambda line: None)

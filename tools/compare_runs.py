@@ -1,16 +1,17 @@
 r"""Is run B better than run A on the test split, beyond the noise of which sentences were drawn?
 
-  python -m lingvo_gshard.tools.compare_runs --a=dense=/tmp/runs/dense_s14@ckpt-8500 \
-      --b=moe=/tmp/runs/moe_xd_s15@ckpt-8500 [--metrics=bleu,chrf] [--resamples=1000] [--json=out.json]
+  python -m lingvo_gshard.tools.compare_runs --a=dense=/tmp/runs/dense@ckpt-8500 \
+      --b=moe=/tmp/runs/moe_xd@ckpt-8500 [--metrics=bleu,chrf] [--resamples=1000] [--json=out.json]
   python -m lingvo_gshard.tools.compare_runs --data_dir=/tmp/gshard_data \
-      --a=moe64=docs/m4_tiny/runs/hypotheses/moe64-test-all-ckpt-8500.tar.gz --b=moe=/tmp/runs/moe_xd@ckpt-8500
+      --a=moe64=docs/experiments/m4_tiny/runs/hypotheses/moe64-test-all-ckpt-8500.tar.gz \
+      --b=moe=/tmp/runs/moe_xd@ckpt-8500
 
 Reads both runs' evaluator output (LOGDIR/decode_<set>/<checkpoint>/: <lang>.hyp, <lang>.ref, results.json;
 without @CHECKPOINT the newest evaluated one), or such a directory packed as a .tar.gz (results.json and the
-<lang>.hyp files, as docs/m4_tiny/runs/hypotheses/ keeps them: the references are rebuilt from the corpus at
---data_dir, and each language's BLEU must come out as recorded), and prints, per bucket of languages and for
-all of them, the mean per-language score of each run, B - A, its 95% paired-bootstrap interval and the share
-of resamples in which B was ahead (train/significance.py); --json adds the same per language.
+<lang>.hyp files, as docs/experiments/m4_tiny/runs/hypotheses/ keeps them: the references are rebuilt from the
+corpus at --data_dir, and each language's BLEU must come out as recorded), and prints, per bucket of languages
+and for all of them, the mean per-language score of each run, B - A, its 95% paired-bootstrap interval and the
+share of resamples in which B was ahead (report/significance.py); --json adds the same per language.
 """
 import os
 

@@ -2,9 +2,10 @@ r"""Learning curves of training runs: BLEU and chrF of every evaluated checkpoin
 or (--metric=xent) the dev cross-entropy the training loop records, with each run's gap to the first run.
 
   python -m lingvo_gshard.tools.learning_curves --runs=MoE=/tmp/m4tiny_moe,Dense=/tmp/m4tiny_dense \
-      --set=dev --average=top10 --plot=docs/curves.png --json=docs/curves.json
+      --set=dev --average=top10 --plot=/tmp/curves.png --json=/tmp/curves.json
   python -m lingvo_gshard.tools.learning_curves --runs=Dense=/tmp/m4tiny_dense,MoE=/tmp/m4tiny_moe \
-      --metric=xent --plot=docs/dev_xent.png --json=docs/dev_xent.json
+      --metric=xent --plot=docs/experiments/m4_tiny/dev_xent.png \
+      --json=docs/experiments/m4_tiny/dev_xent.json
 
 Reads each run's checkpoints.jsonl (step, training seconds) and the results of the checkpoints evaluated with
 tools/evaluate.py (--checkpoint=LOGDIR/ckpt-N for the older ones); prints a table, optionally writes the

@@ -3,7 +3,7 @@ r"""The paper's figure on the embedded corpus: ΔBLEU of multilingual runs again
   # record an evaluated checkpoint of each multilingual run (evaluate it first: tools/evaluate.py)
   python -m lingvo_gshard.tools.m4_report --data_dir=/tmp/gshard_data \
       --add=dense=/tmp/runs/dense --add=moe=/tmp/runs/moe@ckpt-8500
-  # rebuild results.json, RESULTS.md and delta_bleu.png from docs/m4_tiny/runs/ alone
+  # rebuild results.json, RESULTS.md and delta_bleu.png from docs/experiments/m4_tiny/runs/ alone
   python -m lingvo_gshard.tools.m4_report
 
 --add=NAME=LOGDIR[@CHECKPOINT] copies the scores of that checkpoint (default: the newest evaluated one) of
@@ -22,9 +22,10 @@ from absl import flags
 from lingvo_gshard.tools import _common
 from lingvo_gshard.utils import files
 
-_RUNS_DIR = flags.DEFINE_string('runs_dir', 'docs/m4_tiny/runs', 'The committed pieces (corpus.json, '
-                                'bilingual/, multilingual/).')
-_OUT_DIR = flags.DEFINE_string('out_dir', 'docs/m4_tiny', 'Where results.json, RESULTS.md and the plot go.')
+_RUNS_DIR = flags.DEFINE_string('runs_dir', 'docs/experiments/m4_tiny/runs', 'The committed pieces '
+                                '(corpus.json, bilingual/, multilingual/).')
+_OUT_DIR = flags.DEFINE_string('out_dir', 'docs/experiments/m4_tiny', 'Where results.json, RESULTS.md and the '
+                               'plot go.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus: (re)writes RUNS_DIR/corpus.json from its '
                                 'manifest (needed once).')
 _ADD = flags.DEFINE_multi_string('add', [], 'NAME=LOGDIR[@CHECKPOINT]: record a multilingual run\'s scores.')

@@ -1,6 +1,7 @@
 r"""Trains and scores the bilingual baseline of every corpus pair (or of --languages), one after the other.
 
-  python -m lingvo_gshard.tools.train_baselines --root=/tmp/bilingual --runs_dir=docs/m4_tiny/runs/bilingual
+  python -m lingvo_gshard.tools.train_baselines --root=/tmp/bilingual \
+      --runs_dir=docs/experiments/m4_tiny/runs/bilingual
   python -m lingvo_gshard.tools.train_baselines --languages=de,lg --max_sentences=50 --dry_run
 
 Each pair trains `Bilingual_<code>` sized for its data and with a step budget proportional to it (the rule
@@ -17,8 +18,8 @@ from lingvo_gshard.tools import _common
 from lingvo_gshard.utils import paths
 
 _ROOT = flags.DEFINE_string('root', '/tmp/bilingual', 'Log directories of the runs (ROOT/<code>).')
-_RUNS_DIR = flags.DEFINE_string('runs_dir', 'docs/m4_tiny/runs/bilingual', 'Where each pair\'s result JSON '
-                                'goes (commit them: the report is built from these files).')
+_RUNS_DIR = flags.DEFINE_string('runs_dir', 'docs/experiments/m4_tiny/runs/bilingual', 'Where each pair\'s '
+                                'result JSON goes (commit them: the report is built from these files).')
 _DATA_DIR = flags.DEFINE_string('data_dir', paths.DefaultDataDir(), 'Built corpus (prepare_data).')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Pairs to run (language codes); default: every corpus pair.')
 _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'Score the first N test sentences (0 = the whole '

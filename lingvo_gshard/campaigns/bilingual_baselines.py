@@ -1,8 +1,9 @@
 """Bilingual baselines: one model per language pair, trained, its best checkpoint decoded, the score recorded.
 
-    plans = baselines.Plan(manifest, ['de', 'lg'])                 # sizes and step budgets (params/bilingual)
-    runner = baselines.BaselineRunner('/tmp/bilingual', '/tmp/gshard_data', 'docs/m4_tiny/runs/bilingual')
-    summary = runner.Run(plans)                                     # {'finished', 'skipped', 'failed'}
+    plans = bilingual_baselines.Plan(manifest, ['de', 'lg'])   # sizes and step budgets (params/bilingual)
+    runner = bilingual_baselines.BaselineRunner('/tmp/bilingual', '/tmp/gshard_data',
+                                                'docs/experiments/m4_tiny/runs/bilingual')
+    summary = runner.Run(plans)                                  # {'finished', 'skipped', 'failed'}
 
 Each pair trains `Bilingual_<code>` in ROOT/<code> with the overrides of its tier and budget (early stopping
 on dev cross-entropy), then the kept checkpoint with the lowest dev cross-entropy decodes the pair's test

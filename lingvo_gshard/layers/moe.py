@@ -119,7 +119,8 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
     capacity: if given, C directly (overrides capacity_factor and min_capacity), e.g. for evaluation.
     annotate: `annotate(tensor, logical_axes) -> tensor`, e.g. `sharding.shard`; identity if None.
     island: wraps the gating + dispatch and the combine sub-functions, e.g. `compile_hints.Island` (XLA islands
-      where the runtime compiles them) or `runtime.step_runner.CompileIsland` (always); identity if None. Islands: the router and expert matmuls stay in the caller's mode. For a caller that
+      where the runtime compiles them) or `runtime.step_runner.CompileIsland` (always); identity if None.
+      Islands: the router and expert matmuls stay in the caller's mode. For a caller that
       runs as a graph (`tf.function` without jit_compile) on CPU/GPU: TF's native batched matmuls (oneDNN
       on CPU) beat XLA's on the experts, while gating and dispatch are hundreds of small ops that only XLA
       fuses. Same values and gradients as without, except that the 'random' and 'sampling' policies then

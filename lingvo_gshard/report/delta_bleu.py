@@ -6,7 +6,7 @@ resource, rebuilt from small committed JSON files only.
     RUNS/multilingual/<name>-<set>-<all|N>-<checkpoint>.json
                                    a multilingual run's per-language scores at one checkpoint (AddRun)
 
-    results = delta_bleu.Build('docs/m4_tiny/runs')
+    results = delta_bleu.Build('docs/experiments/m4_tiny/runs')
     open('RESULTS.md', 'w').write(delta_bleu.Markdown(results, dense='dense', moe='moe', larger_moe='moe64'))
     delta_bleu.Plot(results, 'delta_bleu.png')
 

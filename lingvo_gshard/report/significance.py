@@ -34,8 +34,8 @@ class Decodes:
   settings: Dict  # DECODE_SETTINGS from results.json
 
 
-# A result directory packed as one file (docs/m4_tiny/runs/hypotheses/ keeps decodes this way: results.json and
-# the <lang>.hyp files; the references are the corpus's and are rebuilt from it).
+# A result directory packed as one file (docs/experiments/m4_tiny/runs/hypotheses/ keeps decodes this way:
+# results.json and the <lang>.hyp files; the references are the corpus's and are rebuilt from it).
 ARCHIVE_SUFFIXES = ('.tar.gz', '.tgz', '.tar')
 
 
