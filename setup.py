@@ -63,8 +63,8 @@ setuptools.setup(
     extras_require={
         # pytest-xdist: the README's test command runs two workers, one test file each at a time (tracing
         # and XLA compilation, most of the suite's time, run on one core per process).
-        'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', 'matplotlib>=3.8,<4', 'torch==2.13.0',
-                 'transformers>=4.40'],
+        'test': ['pytest>=8,<10', 'pytest-xdist>=3.5,<4', 'hypothesis>=6.100,<7', 'matplotlib>=3.8,<4',
+                 'torch==2.13.0', 'transformers>=4.40'],
         'plots': ['matplotlib>=3.8,<4'],
         # tools/decode_benchmark.py's reference (Hugging Face NLLB-MoE generate); the CPU build of torch.
         'bench': ['torch==2.13.0', 'transformers>=4.40'],

@@ -187,7 +187,7 @@ def test_wi_layout_ehm_equals_emh(outer_jit):
   pad = paddings.numpy() > 0
   assert pad.any() and np.all(got[4][pad] == 0) and np.all(want[4][pad] == 0)  # no gradient leaks to padding
   assert np.abs(want[6]).max() > 0
-  with pytest.raises(ValueError, match="wi_layout 'mhe'"):
+  with pytest.raises(ValueError, match="wi_layout = 'mhe': must be one of"):
     _Layer(8, wi_layout='mhe').Instantiate()
 
 

@@ -160,7 +160,7 @@ def test_trainer_tool_errors_are_one_line(tmp_path):
                         (['--model=M4TinyMoE', '--model_params_override=learner.max_steps : many'],
                          "param 'learner.max_steps': cannot parse 'many' as int"),
                         (['--model=M4TinyMoE', '--model_params_override=learner.optimizer.schedule : exp'],
-                         "optimizer.schedule: unknown 'exp'"),
+                         "learner.optimizer.schedule = 'exp': must be one of {'cosine', 'linear', 'rsqrt'}"),
                         (['--model=MoE2048E36L'], 'MoE2048E36L needs 4'),
                         (['--model=M4TinyMoEDemo', '--max_train_seconds=-5'],
                          'learner.max_train_seconds must be > 0, got -5'),

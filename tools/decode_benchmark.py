@@ -63,6 +63,7 @@ def main(argv):
     root = experiment.ExperimentParams(registry.Get(_MODEL.value), _DATA_DIR.value)
     experiment.ApplyOverrides(root, _OVERRIDES.value)
     hardware.ResolveAuto(root)
+    root.Validate()
     ours = decode.Ours(root, _BEAM.value, _LENGTH.value)
     if 'test' not in root.input:
       raise ValueError(f'{_MODEL.value} has no Test() input to take sentences from')

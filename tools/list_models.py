@@ -1,17 +1,20 @@
 r"""Prints every registered experiment with a one-line summary.
 
-  python -m lingvo_gshard.tools.list_models [--filter=MoE] [--params=M4TinyMoE]
+  python -m lingvo_gshard.tools.list_models [--filter=MoE] [--params=M4TinyMoE [--docs]]
 
-With --params, prints that experiment's full task params as `a.b.c : value` text instead.
+With --params, prints that experiment's params (task, learner and inputs) as `a.b.c : value` text instead;
+with --docs too, each under a `# doc [domain]` line: what it means and the values it may take.
 """
 from absl import app
 from absl import flags
 
 from lingvo_gshard import params as params_lib
+from lingvo_gshard.core import experiment
 from lingvo_gshard.core import registry
 
 _FILTER = flags.DEFINE_string('filter', '', 'Only list experiments whose name contains this text.')
-_PARAMS = flags.DEFINE_string('params', '', 'Print the task params of this experiment instead.')
+_PARAMS = flags.DEFINE_string('params', '', 'Print the params of this experiment instead.')
+_DOCS = flags.DEFINE_bool('docs', False, 'With --params: each param with its documentation and domain.')
 
 
 def ListModels(name_filter: str = '') -> str:
@@ -30,7 +33,7 @@ def main(argv):
       exp = registry.Get(_PARAMS.value)
     except registry.RegistryError as e:
       raise app.UsageError(str(e))
-    print(exp.Task().ToText(), end='')
+    print(experiment.ExperimentParams(exp).ToText(include_docs=_DOCS.value), end='')
     return
   print(ListModels(_FILTER.value))
 

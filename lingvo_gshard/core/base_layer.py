@@ -15,6 +15,7 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_gshard.core import compile_hints
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import sharding
 
@@ -143,12 +144,18 @@ class BaseLayer(tf.Module):
   def Params(cls) -> hyperparams.InstantiableParams:
     p = hyperparams.InstantiableParams(cls)
     p.Define('name', cls.__name__.lower(), 'Layer name; the path of a weight is its layers\' names joined.')
-    p.Define('dtype', tf.float32, 'Weight dtype.')
+    p.Define('dtype', tf.float32, 'Weight dtype.', domains.OneOf(tf.float32, tf.bfloat16, tf.float16))
     p.Define('fprop_dtype', None, "Activation dtype (e.g. tf.bfloat16); None means `dtype`; 'auto': the "
-             'runtime chooses for the machine before the model runs (runtime/hardware.py ResolveAuto).')
+             'runtime chooses for the machine before the model runs (runtime/hardware.py ResolveAuto).',
+             domains.OneOf(None, 'auto', tf.float32, tf.bfloat16, tf.float16))
     return p
 
   def __init__(self, params: hyperparams.InstantiableParams):
+    # This layer's own params (its children check theirs when they are built); an experiment's params were
+    # checked whole before (hyperparams.Params.Validate), with the keys the user typed.
+    broken = params.Violations(recursive=False)
+    if broken:
+      raise hyperparams.ParamsError(f'{params.name}: {broken[0]}')
     super().__init__(name=params.name)
     self.p = params.Copy().Freeze()
     self._weight_specs: Dict[str, WeightSpec] = {}

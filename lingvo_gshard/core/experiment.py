@@ -8,6 +8,7 @@ variants are subclasses that change a few constants.
 import os
 from typing import Optional
 
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import mesh as mesh_lib
 from lingvo_gshard.core import sharding
@@ -33,27 +34,41 @@ class Experiment:
     from lingvo_gshard.core import optimizers  # pylint: disable=g-import-not-at-top
     p = hyperparams.Params()
     p.Define('optimizer', optimizers.Adafactor.Params(), 'Optimizer params (learning rate and schedule).')
-    p.Define('max_steps', 1000, 'Number of training steps (with max_train_seconds: the most it may choose).')
+    p.Define('max_steps', 1000, 'Number of training steps (with max_train_seconds: the most it may choose).',
+             domains.Positive(int))
     p.Define('max_train_seconds', 0.0, 'A wall-clock budget for training, compilation and evaluations '
              'included (0 = off; building vocabularies is not training): the '
              'trainer times steps inside the warm-up and a dev evaluation, then fixes max_steps (and '
              "a decaying schedule's end) to fit; budget.json in the log directory records the decision, and a "
              'resumed run keeps it; if the machine slows down, the run stops when the budget ends '
-             '(train/budget.py).')
+             '(train/budget.py).', domains.NonNegative())
     p.Define('on_nonfinite', 'stop', "A NaN/Inf loss or gradient: 'stop' (exit naming the step; the last "
-             "checkpoint stays as it was) or 'skip' (that step's update is not applied; skips are counted).")
-    p.Define('seed', 1234, 'Seed of weight initialisation and of every random draw in training.')
-    p.Define('log_interval', 10, 'Steps between log lines and training summaries.')
-    p.Define('eval_interval', 500, 'Steps between dev evaluations (0 = never).')
-    p.Define('eval_batches', 20, 'Dev batches per evaluation.')
-    p.Define('save_interval', 500, 'Steps between checkpoints (and at the end).')
-    p.Define('keep_checkpoints', 3, 'Newest checkpoints kept (older ones are deleted).')
+             "checkpoint stays as it was) or 'skip' (that step's update is not applied; skips are counted).",
+             domains.OneOf('stop', 'skip'))
+    p.Define('divergence_factor', 3.0, 'A logged training loss above this many times the lowest logged so far '
+             'counts toward a divergence (a finite loss, which the NaN guard misses; 0 = off). The ratio is '
+             'the loss_over_lowest training summary.',
+             domains.Either(domains.OneOf(0.0), domains.Range(lo=1.0, lo_open=True)))
+    p.Define('divergence_patience', 3, 'Log lines in a row above the limit that make a divergence.',
+             domains.Positive(int))
+    p.Define('on_divergence', 'stop', "A divergence: 'stop' (exit naming the steps, writing no checkpoint of "
+             "the diverged weights) or 'warn' (log it and train on).", domains.OneOf('stop', 'warn'))
+    p.Define('seed', 1234, 'Seed of weight initialisation and of every random draw in training.',
+             domains.NonNegative(int))
+    p.Define('log_interval', 10, 'Steps between log lines and training summaries.', domains.Positive(int))
+    p.Define('eval_interval', 500, 'Steps between dev evaluations (0 = never).', domains.NonNegative(int))
+    p.Define('eval_batches', 20, 'Dev batches per evaluation.', domains.Positive(int))
+    p.Define('save_interval', 500, 'Steps between checkpoints (and at the end).', domains.Positive(int))
+    p.Define('keep_checkpoints', 3, 'Newest checkpoints kept (older ones are deleted).', domains.Positive(int))
     p.Define('keep_checkpoint_every_n_hours', 0.0, 'Also keep one checkpoint per this many hours of '
-             'training, whatever keep_checkpoints says (0 = off): points of a learning curve.')
+             'training, whatever keep_checkpoints says (0 = off): points of a learning curve.',
+             domains.NonNegative())
     p.Define('early_stop_patience', 0, 'Stop when this many dev evaluations in a row have not lowered the '
              'best dev cross-entropy by early_stop_tolerance (0 = off; Lingvo\'s early_stop window). Keep '
-             'more checkpoints than this, and eval_interval = save_interval, so the best one is still there.')
-    p.Define('early_stop_tolerance', 0.0, 'Smallest drop of the dev cross-entropy that counts as better.')
+             'more checkpoints than this, and eval_interval = save_interval, so the best one is still there.',
+             domains.NonNegative(int))
+    p.Define('early_stop_tolerance', 0.0, 'Smallest drop of the dev cross-entropy that counts as better.',
+             domains.NonNegative())
     return p
 
   def Train(self) -> Optional[hyperparams.Params]:

@@ -12,7 +12,8 @@ Every knob is declared with its documentation:
     q = p.Copy(); q.FromText(p.ToText())                 # round trip
 
 Errors are one line and name the key: an unknown key lists the closest valid names; a value of the wrong type
-names the expected type.
+names the expected type. A param may declare its domain (`core/domains.py`), and a configured class the rules
+that tie its params together (`ParamRules`); `Validate()` checks both over a whole tree, naming the full key.
 """
 import ast
 import copy
@@ -29,10 +30,10 @@ class ParamsError(ValueError):
 
 
 class _Param:
-  __slots__ = ('name', 'value', 'doc')
+  __slots__ = ('name', 'value', 'doc', 'domain')
 
-  def __init__(self, name: str, value: Any, doc: str):
-    self.name, self.value, self.doc = name, value, doc
+  def __init__(self, name: str, value: Any, doc: str, domain=None):
+    self.name, self.value, self.doc, self.domain = name, value, doc, domain
 
 
 _NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
@@ -47,8 +48,9 @@ class Params:
 
   # --- declaration and access ---------------------------------------------------------------------------
 
-  def Define(self, name: str, default: Any, doc: str) -> None:
-    """Declares `name` with a default value and its (required) documentation."""
+  def Define(self, name: str, default: Any, doc: str, domain=None) -> None:
+    """Declares `name` with a default value, its (required) documentation and optionally its domain (a
+    `domains.Domain`: the values it may take, checked by Validate())."""
     if self._frozen:
       raise ParamsError(f'cannot Define {name!r}: params are frozen')
     if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -57,7 +59,7 @@ class Params:
       raise ParamsError(f'param {name!r} is already defined')
     if not isinstance(doc, str) or not doc.strip():
       raise ParamsError(f'param {name!r} needs a documentation string')
-    self._params[name] = _Param(name, default, doc)
+    self._params[name] = _Param(name, default, doc, domain)
 
   def __getattr__(self, name: str) -> Any:
     if name.startswith('__'):  # copy/pickle/nest probes: no suggestions needed
@@ -120,6 +122,11 @@ class Params:
     owner, leaf = self._Lookup(dotted)
     return owner._params[leaf].doc
 
+  def GetDomain(self, dotted: str):
+    """The declared domain of `dotted` (None: any value of its type)."""
+    owner, leaf = self._Lookup(dotted)
+    return owner._params[leaf].domain
+
   def Set(self, **kwargs) -> 'Params':
     """Sets values by name; dotted names reach into nested params (`p.Set(**{'a.b': 1})`). Returns self."""
     for dotted, value in kwargs.items():
@@ -155,7 +162,7 @@ class Params:
     for name, p in self._params.items():
       # Classes, dtypes and functions are shared, not copied.
       value = p.value if _IsAtomic(p.value) else copy.deepcopy(p.value, memo)
-      params[name] = _Param(name, value, p.doc)
+      params[name] = _Param(name, value, p.doc, p.domain)
     object.__setattr__(new, '_params', params)
     for k, v in self.__dict__.items():
       if k not in ('_params', '_frozen'):
@@ -180,14 +187,44 @@ class Params:
   def frozen(self) -> bool:
     return self._frozen
 
+  # --- checks -------------------------------------------------------------------------------------------
+
+  def Violations(self, prefix: str = '', recursive: bool = True) -> List[str]:
+    """Every value outside its declared domain and every broken ParamRules rule in this tree (or, not
+    `recursive`, of this level alone), each as `full.key = value: why` (keys prefixed with `prefix`)."""
+    out = []
+    for name, param in self._params.items():
+      key = prefix + name
+      if isinstance(param.value, Params):
+        out += param.value.Violations(key + '.') if recursive else []
+      elif param.domain is not None:
+        why = param.domain.Check(param.value)
+        if why:
+          out.append(f'{key} = {_ValueToText(param.value)}: {why}')
+    cls = self._params['cls'].value if 'cls' in self._params else None
+    rules = getattr(cls, 'ParamRules', None)
+    if rules is not None and not out:  # rules may assume each value is in its domain
+      out += [f'{prefix}{leaf} = {_ValueToText(self.Get(leaf))}: {why}' for leaf, why in rules(self)]
+    return out
+
+  def Validate(self, prefix: str = '') -> 'Params':
+    """Raises ParamsError, in one line, at the first value outside its domain or broken rule (saying how
+    many more there are). Returns self."""
+    found = self.Violations(prefix)
+    if found:
+      more = f' (and {len(found) - 1} more)' if len(found) > 1 else ''
+      raise ParamsError(found[0] + more)
+    return self
+
   # --- text ---------------------------------------------------------------------------------------------
 
   def ToText(self, include_docs: bool = False) -> str:
-    """Sorted `a.b.c : value` lines; with `include_docs`, each preceded by `# doc`."""
+    """Sorted `a.b.c : value` lines; with `include_docs`, each preceded by `# doc [domain]`."""
     lines = []
     for key, value in sorted(self.IterParams()):
       if include_docs:
-        lines.append(f'# {self.GetDoc(key)}')
+        domain = self.GetDomain(key)
+        lines.append(f'# {self.GetDoc(key)}' + (f' [{domain}]' if domain is not None else ''))
       lines.append(f'{key} : {_ValueToText(value)}')
     return '\n'.join(lines) + ('\n' if lines else '')
 

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import sharding
 
@@ -63,16 +64,17 @@ class Optimizer:
   @classmethod
   def Params(cls):
     p = hyperparams.InstantiableParams(cls)
-    p.Define('learning_rate', 1e-3, 'Peak learning rate.')
-    p.Define('warmup_steps', 100, 'Linear warm-up steps, then the schedule\'s decay.')
+    p.Define('learning_rate', 1e-3, 'Peak learning rate.', domains.Positive())
+    p.Define('warmup_steps', 100, 'Linear warm-up steps, then the schedule\'s decay.', domains.NonNegative(int))
     p.Define('schedule', 'rsqrt', "'rsqrt' (learning_rate / sqrt(max(step, warmup)): the paper's), "
              "'linear' or 'cosine' (learning_rate is the peak; decays to final_fraction of it at "
-             'total_steps).')
+             'total_steps).', domains.Choices(SCHEDULES))
     p.Define('total_steps', 0, "Where 'linear'/'cosine' end; 0 = the learner's max_steps (set by the "
-             'trainer, printed resolved in params.txt).')
+             'trainer, printed resolved in params.txt).', domains.NonNegative(int))
     p.Define('final_fraction', 0.0, "'linear'/'cosine': the learning rate at total_steps, as a fraction of "
-             'the peak.')
-    p.Define('clip_gradient_norm', 0.0, 'Clip the global gradient norm to this value (0 = off).')
+             'the peak.', domains.Probability(include_one=True))
+    p.Define('clip_gradient_norm', 0.0, 'Clip the global gradient norm to this value (0 = off).',
+             domains.NonNegative())
     return p
 
   def __init__(self, params):
@@ -146,9 +148,9 @@ class Adam(Optimizer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('beta1', 0.9, 'First-moment decay.')
-    p.Define('beta2', 0.98, 'Second-moment decay.')
-    p.Define('epsilon', 1e-9, 'Added to the root of the second moment.')
+    p.Define('beta1', 0.9, 'First-moment decay.', domains.Probability())
+    p.Define('beta2', 0.98, 'Second-moment decay.', domains.Probability())
+    p.Define('epsilon', 1e-9, 'Added to the root of the second moment.', domains.Positive())
     return p
 
   def SlotSpecs(self, spec):
@@ -171,12 +173,14 @@ class Adafactor(Optimizer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('decay_exponent', 0.8, 'Second-moment decay is 1 - step^-decay_exponent.')
-    p.Define('clipping_threshold', 1.0, 'Updates are scaled down to RMS <= this.')
-    p.Define('epsilon1', 1e-30, 'Added to squared gradients.')
-    p.Define('epsilon2', 1e-3, 'Lower bound of the parameter scale.')
+    p.Define('decay_exponent', 0.8, 'Second-moment decay is 1 - step^-decay_exponent.',
+             domains.Range(0.0, 1.0, lo_open=True))
+    p.Define('clipping_threshold', 1.0, 'Updates are scaled down to RMS <= this.', domains.Positive())
+    p.Define('epsilon1', 1e-30, 'Added to squared gradients.', domains.Positive())
+    p.Define('epsilon2', 1e-3, 'Lower bound of the parameter scale.', domains.Positive())
     p.Define('multiply_by_parameter_scale', True, 'Scale updates by max(epsilon2, RMS(weight)).')
-    p.Define('beta1', 0.0, 'Momentum of the update (0 = none, no slot: the paper\'s memory-lean setting).')
+    p.Define('beta1', 0.0, 'Momentum of the update (0 = none, no slot: the paper\'s memory-lean setting).',
+             domains.Probability())
     return p
 
   @staticmethod

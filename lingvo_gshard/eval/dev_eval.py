@@ -32,6 +32,7 @@ class DevEvaler:
     self.logdir, self.log, self.per_language_batches = logdir, log, per_language_batches
     self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
     hardware.ResolveAuto(self.params)  # a no-op for a trained run: its params.txt holds the resolved values
+    self.params.Validate()
     if 'dev' not in self.params.input:
       raise ValueError(f'{type(exp).__name__} has no Dev() input to evaluate')
     self.dev = self.params.input.dev
@@ -93,7 +94,8 @@ class DevEvaler:
       record = budget.Read(self.logdir)  # a time budget fixes the trainer's max_steps after this job started
       if step >= (budget.FinalStep(record) if record else self.max_steps):
         break
-      stopped = dev_metrics.FirstEarlyStop(dev_metrics.ReadDevLog(self.logdir, 'trainer'), self.patience, self.tolerance, self.max_steps)
+      stopped = dev_metrics.FirstEarlyStop(dev_metrics.ReadDevLog(self.logdir, 'trainer'), self.patience,
+                                           self.tolerance, self.max_steps)
       if stopped and stopped[0] <= step:
         self.log(f'the trainer stopped early at step {stopped[0]}: no newer checkpoint will come')
         break

@@ -112,6 +112,7 @@ class Evaluator:
     CheckpointPath(logdir, checkpoint)  # before the corpus is read: a run with nothing to decode says so first
     self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
     hardware.ResolveAuto(self.params)  # a no-op for a trained run: its params.txt holds the resolved values
+    self.params.Validate()
     if 'train' not in self.params.input:
       raise ValueError(f'{type(exp).__name__} has no train input (its vocabulary and lengths)')
     inp = self.params.input.train

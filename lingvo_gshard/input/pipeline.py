@@ -18,6 +18,7 @@ appears exactly once and the last batch is padded with empty rows (weight 0).
 from absl import logging
 import tensorflow as tf
 
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.data import corpus
 from lingvo_gshard.data import reader
@@ -38,14 +39,15 @@ def VocabParams():
   p = hyperparams.Params()
   p.Define('dir', '', "Directory of the models; '' = DATA_DIR/vocab. Train, Dev and Test must agree.")
   p.Define('kind', 'shared', "'shared': one model for sources and targets; 'separate': a source and a "
-           'target (English) model.')
-  p.Define('source_size', 8000, 'Pieces in the source (or shared) model, reserved ids included.')
-  p.Define('target_size', 8000, 'Pieces in the target model (= source_size when shared).')
+           'target (English) model.', domains.OneOf('shared', 'separate'))
+  p.Define('source_size', 8000, 'Pieces in the source (or shared) model, reserved ids included.',
+           domains.Positive(int))
+  p.Define('target_size', 8000, 'Pieces in the target model (= source_size when shared).', domains.Positive(int))
   p.Define('languages', [], 'Languages of the text sample (empty = all in the manifest); tags are made '
            'for every language regardless.')
-  p.Define('temperature', 5.0, 'T of the temperature-sampled text sample.')
-  p.Define('sample_sentences', 300000, 'Sentences SentencePiece is trained on (per model).')
-  p.Define('seed', 1, 'Seed of the text sample.')
+  p.Define('temperature', 5.0, 'T of the temperature-sampled text sample.', domains.Positive())
+  p.Define('sample_sentences', 300000, 'Sentences SentencePiece is trained on (per model).', domains.Positive(int))
+  p.Define('seed', 1, 'Seed of the text sample.', domains.NonNegative(int))
   p.Define('train_if_missing', True, 'Train a missing model on first use (else it is an error).')
   return p
 
@@ -58,28 +60,34 @@ class MTInput:
     p = hyperparams.InstantiableParams(cls)
     p.Define('name', 'input', 'Name of this input (for logs).')
     p.Define('data_dir', '', 'A data directory built by lingvo_gshard.tools.prepare_data.')
-    p.Define('split', 'train', "'train', 'dev' or 'test'.")
+    p.Define('split', 'train', "'train', 'dev' or 'test'.", domains.Choices(corpus.SPLITS))
     p.Define('languages', [], 'Source languages (manifest tags); empty = all. One language = bilingual.')
-    p.Define('temperature', 5.0, 'Mixture temperature T: p_l ∝ n_l^(1/T); 1 = natural proportions.')
-    p.Define('max_source_length', 64, 'Examples whose source pieces + eos exceed this are dropped, counted.')
-    p.Define('max_target_length', 64, 'Examples whose target pieces + eos exceed this are dropped, counted.')
+    p.Define('temperature', 5.0, 'Mixture temperature T: p_l ∝ n_l^(1/T); 1 = natural proportions.',
+             domains.Positive())
+    p.Define('max_source_length', 64, 'Examples whose source pieces + eos exceed this are dropped, counted.',
+             domains.Positive(int))
+    p.Define('max_target_length', 64, 'Examples whose target pieces + eos exceed this are dropped, counted.',
+             domains.Positive(int))
     p.Define('packing', True, 'Pack several examples per row; False: one example per row, padded to the '
              'max lengths.')
-    p.Define('packed_source_length', 256, 'Ls of packed rows (>= max_source_length).')
-    p.Define('packed_target_length', 256, 'Lt of packed rows (>= max_target_length).')
-    p.Define('pack_window', 1024, 'Examples packed together (first-fit inside a window).')
+    p.Define('packed_source_length', 256, 'Ls of packed rows (>= max_source_length).', domains.Positive(int))
+    p.Define('packed_target_length', 256, 'Lt of packed rows (>= max_target_length).', domains.Positive(int))
+    p.Define('pack_window', 1024, 'Examples packed together (first-fit inside a window).', domains.Positive(int))
     p.Define('batch_rows', 32, 'Rows per batch (static): packed rows or, unpacked, examples; 0: chosen by '
-             'the runtime from auto_batch_rows (runtime/hardware.py ResolveAuto) before the input is built.')
+             'the runtime from auto_batch_rows (runtime/hardware.py ResolveAuto) before the input is built.',
+             domains.NonNegative(int))
     p.Define('auto_batch_rows', (32, 16), 'batch_rows = 0 only: (rows where bfloat16 matmuls are fast, rows '
-             'elsewhere); a float32 step of the same rows is slower, so it takes fewer.')
+             'elsewhere); a float32 step of the same rows is slower, so it takes fewer.',
+             domains.Items(domains.Positive(int), length=2))
     p.Define('bucket_tokens', 0, 'Unpacked only: batch by tokens instead of rows. Examples are bucketed by '
              'their longer side into lengths 8, 16, 32, ... up to the max lengths; a bucket of length b '
              'yields batches of bucket_tokens // b rows trimmed to b columns (one static shape per bucket). '
-             '0 = fixed batch_rows.')
+             '0 = fixed batch_rows.', domains.NonNegative(int))
     p.Define('shuffle_buffer', 1000, 'Shuffle buffer per language, in examples; 0 = stored order. The first '
-             'batch waits for every buffer to fill: sum over languages of min(buffer, n_l) examples.')
+             'batch waits for every buffer to fill: sum over languages of min(buffer, n_l) examples.',
+             domains.NonNegative(int))
     p.Define('repeat', True, 'Repeat forever (training). False: each example once, last batch padded.')
-    p.Define('seed', 1234, 'Seed of shuffling and of the mixture draws.')
+    p.Define('seed', 1234, 'Seed of shuffling and of the mixture draws.', domains.NonNegative(int))
     p.Define('vocab', VocabParams(), 'The SentencePiece vocabularies.')
     return p
 

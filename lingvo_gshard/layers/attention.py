@@ -7,6 +7,7 @@ segment, so packed and unpacked batches compute the same per-token values.
 import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import sharding
 
 WeightSpec = base_layer.WeightSpec
@@ -39,10 +40,10 @@ class MultiHeadAttention(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('input_dim', 0, 'M.')
-    p.Define('num_heads', 0, 'N.')
-    p.Define('dim_per_head', 0, 'D; 0 means M // N.')
-    p.Define('atten_dropout_prob', 0.0, 'Dropout on attention probabilities.')
+    p.Define('input_dim', 0, 'M.', domains.NonNegative(int))
+    p.Define('num_heads', 0, 'N.', domains.NonNegative(int))
+    p.Define('dim_per_head', 0, 'D; 0 means M // N.', domains.NonNegative(int))
+    p.Define('atten_dropout_prob', 0.0, 'Dropout on attention probabilities.', domains.Probability())
     return p
 
   def __init__(self, params):

@@ -7,6 +7,7 @@ import math
 import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import sharding
 
 WeightSpec = base_layer.WeightSpec
@@ -21,8 +22,8 @@ class LayerNorm(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('input_dim', 0, 'M.')
-    p.Define('epsilon', 1e-6, 'Tiny value to guard rsqrt.')
+    p.Define('input_dim', 0, 'M.', domains.NonNegative(int))
+    p.Define('epsilon', 1e-6, 'Tiny value to guard rsqrt.', domains.Positive())
     return p
 
   def __init__(self, params):
@@ -48,8 +49,8 @@ class Embedding(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('vocab_size', 0, 'V.')
-    p.Define('embedding_dim', 0, 'M.')
+    p.Define('vocab_size', 0, 'V.', domains.NonNegative(int))
+    p.Define('embedding_dim', 0, 'M.', domains.NonNegative(int))
     p.Define('scale_sqrt_depth', True, 'Multiply looked-up embeddings by sqrt(M).')
     return p
 
@@ -78,8 +79,8 @@ class Softmax(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('input_dim', 0, 'M.')
-    p.Define('num_classes', 0, 'V.')
+    p.Define('input_dim', 0, 'M.', domains.NonNegative(int))
+    p.Define('num_classes', 0, 'V.', domains.NonNegative(int))
     return p
 
   def __init__(self, params):
@@ -111,17 +112,15 @@ class FeedForward(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('input_dim', 0, 'M.')
-    p.Define('hidden_dim', 0, 'H.')
-    p.Define('activation', 'relu', f'One of {sorted(ACTIVATIONS)}.')
-    p.Define('relu_dropout_prob', 0.0, 'Dropout on the hidden activations.')
+    p.Define('input_dim', 0, 'M.', domains.NonNegative(int))
+    p.Define('hidden_dim', 0, 'H.', domains.NonNegative(int))
+    p.Define('activation', 'relu', f'One of {sorted(ACTIVATIONS)}.', domains.Choices(ACTIVATIONS))
+    p.Define('relu_dropout_prob', 0.0, 'Dropout on the hidden activations.', domains.Probability())
     return p
 
   def __init__(self, params):
     super().__init__(params)
     p = self.p
-    if p.activation not in ACTIVATIONS:
-      raise ValueError(f'{self.path}: activation {p.activation!r} is not one of {sorted(ACTIVATIONS)}')
     self.CreateWeight('wi', WeightSpec((p.input_dim, p.hidden_dim), ('model', 'hidden'), WeightInit.FanIn()))
     self.CreateWeight('wo', WeightSpec((p.hidden_dim, p.input_dim), ('hidden', 'model'), WeightInit.FanIn()))
 

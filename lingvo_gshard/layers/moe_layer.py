@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import compile_hints
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import sharding
 from lingvo_gshard.layers import basic
 from lingvo_gshard.layers import gating as gating_lib
@@ -24,55 +25,52 @@ class MoELayer(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('input_dim', 0, 'M.')
-    p.Define('hidden_dim', 0, 'H of each expert (the dense FFN\'s H).')
-    p.Define('num_experts', 16, 'E: experts in this layer.')
+    p.Define('input_dim', 0, 'M.', domains.NonNegative(int))
+    p.Define('hidden_dim', 0, 'H of each expert (the dense FFN\'s H).', domains.NonNegative(int))
+    p.Define('num_experts', 16, 'E: experts in this layer.', domains.Positive(int))
     p.Define('group_size', 1024, 'S: tokens routed together (capacity is per group); fewer tokens = 1 group. '
-             'Ignored when num_groups is set.')
+             'Ignored when num_groups is set.', domains.Positive(int))
     p.Define('num_groups', 0,
              'G: groups the tokens of a call are split into (Praxis\'s num_groups; typically the devices of '
              "the mesh's group axis). 0: the fewest groups of at most group_size tokens that split them "
-             'evenly. Either way G does not depend on the mesh, which must divide it.')
-    p.Define('capacity_factor', 2.0, 'Training capacity factor: C = int(S*cf/E) (2.0 = the paper\'s 2S/E).')
-    p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation (teacher-forced FProp without seed).')
+             'evenly. Either way G does not depend on the mesh, which must divide it.', domains.NonNegative(int))
+    p.Define('capacity_factor', 2.0, 'Training capacity factor: C = int(S*cf/E) (2.0 = the paper\'s 2S/E).',
+             domains.Positive())
+    p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation (teacher-forced FProp without seed).',
+             domains.Positive())
     p.Define('decode_capacity_factor', 0.0,
              'Capacity factor of ExtendStep (one decoding step); 0: C = S, so no token is ever dropped and a '
              'translation does not depend on what else shares its batch (as Hugging Face NLLB-MoE decodes: '
              'moe_eval_capacity_token_fraction = 1.0). The tokens of a decoding step all sit at one position '
              "(the first step: every row's start tag), so they route alike: with training's 2S/E many of "
-             'them overflow the same experts.')
-    p.Define('min_capacity', 4, 'Lower bound of C (then rounded up to a multiple of 4).')
-    p.Define('gating', 'top2', "'top2' (GShard), 'top1' (Switch) or 'expert_choice'.")
+             'them overflow the same experts.', domains.NonNegative())
+    p.Define('min_capacity', 4, 'Lower bound of C (then rounded up to a multiple of 4).', domains.Positive(int))
+    p.Define('gating', 'top2', "'top2' (GShard), 'top1' (Switch) or 'expert_choice'.",
+             domains.Choices(gating_lib.GATINGS))
     p.Define('second_expert_policy', 'all',
-             "Top-2 only: 'all', 'random' (GShard's random routing) or 'sampling'. Evaluation uses 'all'.")
-    p.Define('dispatch', 'index', "'index' (gather by expert and slot) or 'einsum' (the paper's one-hot).")
-    p.Define('activation', 'relu', f'One of {sorted(basic.ACTIVATIONS)}.')
+             "Top-2 only: 'all', 'random' (GShard's random routing) or 'sampling'. Evaluation uses 'all'.",
+             domains.Choices(gating_lib.SECOND_EXPERT_POLICIES))
+    p.Define('dispatch', 'index', "'index' (gather by expert and slot) or 'einsum' (the paper's one-hot).",
+             domains.Choices(moe.DISPATCH_MODES))
+    p.Define('activation', 'relu', f'One of {sorted(basic.ACTIVATIONS)}.', domains.Choices(basic.ACTIVATIONS))
     p.Define('relu_dropout_prob', 0.0,
              "Dropout on the experts' hidden activations while training (the dense FFN's relu_dropout_prob, "
              "Praxis's MoE relu_dropout_prob; Switch Transformer's 'expert dropout'). Empty slots are zeros "
-             'either way.')
+             'either way.', domains.Probability())
     p.Define('wi_layout', 'emh',
              "Storage of the first expert matmul: 'emh' ([E,M,H], the paper's) or 'ehm' ([E,H,M], used "
              "transposed): the same values in another storage order, a speed choice that depends on how steps "
              'are compiled (docs/guides/performance.md). Checkpoints hold [E,M,H] either way (and the '
-             'initial values are the same): a checkpoint restores whatever this setting.')
+             'initial values are the same): a checkpoint restores whatever this setting.',
+             domains.Choices(moe.WI_LAYOUTS))
     return p
 
   def __init__(self, params):
     super().__init__(params)
-    p = self.p
-    if p.activation not in basic.ACTIVATIONS:
-      raise ValueError(f'{self.path}: activation {p.activation!r} is not one of {sorted(basic.ACTIVATIONS)}')
-    if p.gating not in gating_lib.GATINGS:
-      raise ValueError(f'{self.path}: gating {p.gating!r} is not one of {sorted(gating_lib.GATINGS)}')
-    if p.second_expert_policy not in gating_lib.SECOND_EXPERT_POLICIES:
-      raise ValueError(f'{self.path}: second_expert_policy {p.second_expert_policy!r} is not one of '
-                       f'{gating_lib.SECOND_EXPERT_POLICIES}')
+    p = self.p  # activation, gating, policy and layout are checked against their domains by BaseLayer
     m, h, e = p.input_dim, p.hidden_dim, p.num_experts
     # Gate weights are replicated (the paper); fan-in init keeps the initial router close to uniform.
     self.CreateWeight('gate', WeightSpec((m, e), ('model', None), WeightInit.FanIn()))
-    if p.wi_layout not in moe.WI_LAYOUTS:
-      raise ValueError(f'{self.path}: wi_layout {p.wi_layout!r} is not one of {moe.WI_LAYOUTS}')
     # Each expert is its own [M,H] / [H,M] matrix: fan-in M / H, as the dense FFN's (not E*M).
     if p.wi_layout == 'emh':
       wi = WeightSpec((e, m, h), ('expert', 'model', 'hidden'), WeightInit.FanIn(fan_in_axes=(1,)))

@@ -4,11 +4,12 @@ Dimensions: B batch, L length, M model dim. Every FFN-like sub-layer (dense `bas
 layer) has the signature `FProp(x[B,L,M], paddings[B,L], seed) -> (y, aux_loss, stats)`. A `seed` of None
 means evaluation: no dropout, and MoE layers use their evaluation capacity factor.
 """
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import sharding
 from lingvo_gshard.layers import attention
 from lingvo_gshard.layers import basic
@@ -20,11 +21,12 @@ class TransformerLayer(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('input_dim', 0, 'M.')
-    p.Define('num_heads', 0, 'Attention heads.')
+    p.Define('input_dim', 0, 'M.', domains.NonNegative(int))
+    p.Define('num_heads', 0, 'Attention heads.', domains.NonNegative(int))
     p.Define('has_cross_attention', False, 'Decoder layers attend to the encoder output.')
-    p.Define('atten_dropout_prob', 0.0, 'Dropout on attention probabilities.')
-    p.Define('residual_dropout_prob', 0.0, 'Dropout on each branch before the residual add.')
+    p.Define('atten_dropout_prob', 0.0, 'Dropout on attention probabilities.', domains.Probability())
+    p.Define('residual_dropout_prob', 0.0, 'Dropout on each branch before the residual add.',
+             domains.Probability())
     p.Define('ffn_tpl', basic.FeedForward.Params(), 'The FFN sub-layer: dense FeedForward or MoE.')
     return p
 
@@ -82,10 +84,11 @@ class TransformerStack(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('num_layers', 6, 'Number of layers.')
+    p.Define('num_layers', 6, 'Number of layers.', domains.Positive(int))
     p.Define('layer_tpl', TransformerLayer.Params(), 'Template of each layer (dense FFN).')
     p.Define('moe_tpl', None, 'FFN params of MoE layers (e.g. moe_layer.MoELayer.Params()); None = dense.')
-    p.Define('moe_every', 2, 'Every moe_every-th layer (the last of each block) is an MoE layer.')
+    p.Define('moe_every', 2, 'Every moe_every-th layer (the last of each block) is an MoE layer.',
+             domains.Positive(int))
     p.Define('remat', False, 'Recompute each layer\'s activations in the backward pass (tf.recompute_grad).')
     return p
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import base_layer
 from lingvo_gshard.core import compile_hints
+from lingvo_gshard.core import domains
 from lingvo_gshard.core import sharding
 from lingvo_gshard.layers import attention
 from lingvo_gshard.layers import basic
@@ -23,30 +24,42 @@ class TransformerMT(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('source_vocab_size', 64000, 'Source vocabulary size (the paper: 64k over 102 languages).')
-    p.Define('target_vocab_size', 32000, 'Target vocabulary size (the paper: 32k English).')
-    p.Define('model_dim', 1024, 'M.')
-    p.Define('num_heads', 16, 'Attention heads.')
-    p.Define('hidden_dim', 8192, 'H of dense FFNs and of each expert.')
+    p.Define('source_vocab_size', 64000, 'Source vocabulary size (the paper: 64k over 102 languages).',
+             domains.Positive(int))
+    p.Define('target_vocab_size', 32000, 'Target vocabulary size (the paper: 32k English).', domains.Positive(int))
+    p.Define('model_dim', 1024, 'M.', domains.Positive(int))
+    p.Define('num_heads', 16, 'Attention heads.', domains.Positive(int))
+    p.Define('hidden_dim', 8192, 'H of dense FFNs and of each expert.', domains.Positive(int))
     p.Define('encoder', transformer.TransformerStack.Params(), 'Encoder stack.')
     p.Define('decoder', transformer.TransformerStack.Params(), 'Decoder stack.')
     p.Define('shared_embedding', False, 'One embedding for source and target (needs one vocabulary).')
     p.Define('tie_softmax', True, 'Use the target embedding as the softmax weight.')
-    p.Define('position', 'sinusoidal', "'sinusoidal' or 'learned' position embeddings.")
-    p.Define('max_length', 512, 'Longest position for learned positions.')
-    p.Define('input_dropout_prob', 0.0, 'Dropout on embeddings + positions.')
-    p.Define('label_smoothing', 0.1, 'Label smoothing of the cross-entropy.')
-    p.Define('aux_loss_weight', 0.01, 'Coefficient of the summed MoE load-balancing losses.')
+    p.Define('position', 'sinusoidal', "'sinusoidal' or 'learned' position embeddings.",
+             domains.OneOf('sinusoidal', 'learned'))
+    p.Define('max_length', 512, 'Longest position for learned positions.', domains.Positive(int))
+    p.Define('input_dropout_prob', 0.0, 'Dropout on embeddings + positions.', domains.Probability())
+    p.Define('label_smoothing', 0.1, 'Label smoothing of the cross-entropy.', domains.Probability())
+    p.Define('aux_loss_weight', 0.01, 'Coefficient of the summed MoE load-balancing losses.',
+             domains.NonNegative())
     return p
+
+  @classmethod
+  def ParamRules(cls, p):
+    """The rules that tie this model's params together: (param, why) for each broken one."""
+    broken = []
+    if p.model_dim % p.num_heads:
+      broken.append(('num_heads', f'must divide model_dim ({p.model_dim})'))
+    if p.shared_embedding and p.source_vocab_size != p.target_vocab_size:
+      broken.append(('shared_embedding', f'needs one vocabulary; source_vocab_size is {p.source_vocab_size}, '
+                                         f'target_vocab_size {p.target_vocab_size}'))
+    return broken
 
   def __init__(self, params):
     super().__init__(params)
     p = self.p
-    if p.shared_embedding and p.source_vocab_size != p.target_vocab_size:
-      raise ValueError(f'{self.path}: shared_embedding needs one vocabulary, got source '
-                       f'{p.source_vocab_size} and target {p.target_vocab_size}')
-    if p.position not in ('sinusoidal', 'learned'):
-      raise ValueError(f'{self.path}: position must be sinusoidal or learned, got {p.position!r}')
+    broken = self.ParamRules(p)
+    if broken:
+      raise ValueError(f'{self.path}: {broken[0][0]} {broken[0][1]}')
     emb = basic.Embedding.Params().Set(embedding_dim=p.model_dim)
     self.CreateChild('tgt_emb', emb.Copy().Set(vocab_size=p.target_vocab_size))
     if not p.shared_embedding:

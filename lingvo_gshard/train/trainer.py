@@ -130,6 +130,7 @@ class Trainer:
       self.params.learner.max_steps = max_steps
     if max_train_seconds is not None:
       self.params.learner.max_train_seconds = float(max_train_seconds)
+    self.params.Validate()  # every declared domain and rule, naming the key as typed, before anything runs
     self.budget = self._Budget()  # before the schedule's end is resolved: a recorded budget moves it
     experiment_lib.ResolveLearner(self.params.learner)  # a decaying schedule ends where the run does
     self.task = self.params.task
