@@ -17,7 +17,6 @@ settings and the pipeline version; a rerun with the same fingerprint leaves the 
 """
 import dataclasses
 import datetime
-import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ import time
 
 from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import report as report_lib
+from lingvo_gshard.utils import files
 
 MANIFEST = 'manifest.json'
 # Bump when cleaning, splitting or the example format changes, so that old builds are rebuilt.
@@ -118,16 +118,15 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
   """
   from lingvo_gshard.data import gettext_m4  # pylint: disable=g-import-not-at-top
   start = time.time()
+  lock = files.ProcessLock(os.path.join(data_dir, _LOCK))
   try:
     os.makedirs(data_dir, exist_ok=True)
-    lock = open(os.path.join(data_dir, _LOCK), 'w')  # pylint: disable=consider-using-with
+    lock.Acquire()
+  except files.LockHeld as e:
+    raise report_lib.DataError(f'{data_dir}: another build is running into this data directory ({e})') from None
   except OSError as e:
     raise report_lib.DataError(f'{data_dir}: cannot create the data directory: {e.strerror or e}') from None
   try:
-    try:
-      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-      raise report_lib.DataError(f'{data_dir}: another build is running into this data directory') from None
     for stale in os.listdir(data_dir):
       if stale.startswith(_STAGING_PREFIX):
         log(f'removing {stale} left by an interrupted build')
@@ -171,4 +170,4 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
       shutil.rmtree(staging, ignore_errors=True)
     return json.loads(json.dumps(manifest)), True  # As a reader sees it (lists, not tuples).
   finally:
-    lock.close()
+    lock.Release()

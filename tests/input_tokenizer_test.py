@@ -2,9 +2,11 @@
 language tags, the temperature-sampled text sample, determinism, separate models, stored settings."""
 import collections
 import os
+import re
 
 import numpy as np
 import pytest
+from sentencepiece import sentencepiece_model_pb2 as sp_model_pb2
 import tensorflow as tf
 
 from lingvo_gshard.data import reader
@@ -151,3 +153,28 @@ def test_missing_data_dir_and_unknown_language(tmp_path, data_dir):
   with pytest.raises(report.DataError, match=r"kind must be 'shared' or 'separate', got 'both'"):
     tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'both', 100, 100)
   np.testing.assert_equal(tokenizer.TagPiece('pt-BR'), '<2pt-BR>')
+
+
+def test_a_cut_or_changed_model_file_is_one_line_naming_it(data_dir, shared, tmp_path):
+  tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', _SIZE, _SIZE, sample_sentences=3000,
+                               log=_Quiet)
+  path = os.path.join(str(tmp_path), 'spm_shared_600.model')
+  with open(path, 'rb') as f:
+    model = f.read()
+  with open(path, 'wb') as f:
+    f.write(model[:len(model) // 3])  # a copy cut short
+  with pytest.raises(report.DataError) as e:
+    tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', _SIZE, _SIZE, sample_sentences=3000)
+  assert '\n' not in str(e.value) and str(e.value).startswith(f'{path}: ')
+  # Another valid model in its place (here: one piece's score changed) parses, but is not the one trained.
+  proto = sp_model_pb2.ModelProto.FromString(model)
+  proto.pieces[10].score += 1.0
+  with open(path, 'wb') as f:
+    f.write(proto.SerializeToString())
+  with pytest.raises(report.DataError, match=rf'^{re.escape(path)}: changed since it was trained'):
+    tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', _SIZE, _SIZE, sample_sentences=3000)
+  with open(path, 'wb') as f:
+    f.write(model)  # restored: loads again
+  loaded, _ = tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', _SIZE, _SIZE,
+                                           sample_sentences=3000)
+  assert loaded.model_bytes == shared.model_bytes

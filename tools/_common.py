@@ -37,7 +37,7 @@ def UserErrors() -> Tuple[Type[BaseException], ...]:
   from lingvo_gshard.data import report  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.train import checkpoints  # pylint: disable=g-import-not-at-top
   return (registry.RegistryError, mesh_lib.MeshError, hyperparams.ParamsError, report.DataError, ValueError,
-          FileNotFoundError, checkpoints.CheckpointMismatchError, tpu.TPUError)
+          FileNotFoundError, checkpoints.CheckpointMismatchError, checkpoints.WriteFailed, tpu.TPUError)
 
 
 def Experiment(name: str):

@@ -18,6 +18,7 @@ language l with p_l ∝ n_l^(1/T) gives them a share close to uniform (see mixtu
 Text is normalised by SentencePiece's `nmt_nfkc` rule (NFKC, whitespace runs collapsed, edges stripped), so
 Decode(Encode(x)) == Normalize(x), not x.
 """
+import hashlib
 import io
 import json
 import os
@@ -52,7 +53,12 @@ class Vocabulary:
   def __init__(self, model_bytes, path='<memory>'):
     self.path = path
     self.model_bytes = model_bytes
-    self._sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_proto=model_bytes)
+    except (RuntimeError, ValueError) as e:  # a truncated or foreign file: SentencePiece cannot parse it
+      raise report_lib.DataError(f'{path}: not a readable SentencePiece model ({len(model_bytes)} bytes; '
+                                 f'{(str(e).splitlines() or [""])[0][:120]}); restore it or delete it to '
+                                 'retrain it') from None
     if (self._sp.pad_id(), self._sp.eos_id()) != (PAD_ID, EOS_ID):
       raise report_lib.DataError(f'{path}: pad/eos ids are {self._sp.pad_id()}/{self._sp.eos_id()}, this '
                                  f'pipeline needs {PAD_ID}/{EOS_ID} (train it with TrainModel)')
@@ -227,8 +233,9 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
     path = ModelPath(vocab_dir, side, size)
     settings = _Settings(side, size, languages, temperature, sample_sentences, seed, manifest['fingerprint'])
     if os.path.exists(path):
-      _CheckSettings(path, settings)
+      stored = _CheckSettings(path, settings)
       models[side] = Vocabulary.Load(path)
+      _CheckDigest(models[side], stored)
       continue
     if not train_if_missing:
       raise report_lib.DataError(f'{path}: no such vocabulary (and training it here is switched off)')
@@ -250,7 +257,8 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
     os.makedirs(vocab_dir, exist_ok=True)
     files.WriteBytes(path + '.json', json.dumps(dict(
         settings, tags=tags, sentences=len(text), train_seconds=round(train_seconds, 2), num_threads=threads,
-        sample_seconds=round(sample_seconds, 2), sentencepiece=spm.__version__), indent=1).encode('utf-8'))
+        sample_seconds=round(sample_seconds, 2), sentencepiece=spm.__version__,
+        model_sha256=hashlib.sha256(model).hexdigest()), indent=1).encode('utf-8'))
     files.WriteBytes(path, model)  # Last: a model without its settings file is never left behind.
     models[side] = Vocabulary(model, path)
   if kind == 'shared':
@@ -269,3 +277,12 @@ def _CheckSettings(path, settings):
     if stored.get(key) != value:
       raise report_lib.DataError(f'{path}: trained with {key}={stored.get(key)!r}, requested {value!r} '
                                  f'(use another vocab dir, or delete the model to retrain it)')
+  return stored
+
+
+def _CheckDigest(vocab: 'Vocabulary', stored: dict):
+  """The model is the one its settings file was written for (models trained before digests were kept pass)."""
+  want = stored.get('model_sha256')
+  if want and hashlib.sha256(vocab.model_bytes).hexdigest() != want:
+    raise report_lib.DataError(f'{vocab.path}: changed since it was trained (its sha256 differs from the one '
+                               f'in {os.path.basename(vocab.path)}.json); restore it or delete both to retrain')

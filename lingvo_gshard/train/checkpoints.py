@@ -8,6 +8,7 @@ layout setting.
 """
 import os
 import re
+import shutil
 from typing import Callable, Dict, List, Sequence
 
 import tensorflow as tf
@@ -39,6 +40,22 @@ def TrainCommits(logdir: str) -> Dict[str, str]:
 
 
 
+
+
+class WriteFailed(OSError):
+  """A checkpoint (or its log line) could not be written: a full disk, a file-size limit, a permission."""
+
+
+def RemovePartial(logdir: str, step: int):
+  """Removes what a failed save of ckpt-<step> left (TensorFlow's temporary shard directory); the state file
+  was not updated, so the checkpoint before is still the latest."""
+  for name in os.listdir(logdir):
+    if name.startswith(f'ckpt-{step}_temp'):
+      path = os.path.join(logdir, name)
+      if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        os.remove(path)
 
 
 class CheckpointMismatchError(ValueError):

@@ -29,6 +29,7 @@ from lingvo_gshard.train import budget as budget_lib
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import corpus_identity
 from lingvo_gshard.train import dev_metrics
+from lingvo_gshard.train import divergence
 from lingvo_gshard.train import progress as _progress
 from lingvo_gshard.utils import files
 from lingvo_gshard.utils import provenance
@@ -48,6 +49,10 @@ class Preempted(Exception):
   def __init__(self, signum: int, path: str):
     super().__init__(f'{signal.Signals(signum).name}: saved {path}')
     self.signum, self.path = signum, path
+
+
+class Diverged(FloatingPointError):
+  """The training loss stayed far above its lowest (learner.divergence_factor) with on_divergence 'stop'."""
 
 
 class _SignalsSaved:
@@ -96,6 +101,9 @@ class _Run:
   timed_since: Optional[float] = None      # and when the run got there
   deadline: Optional[float] = None         # when the budget ends (set by this process's decision)
   last_eval: float = 0.0                   # seconds of a dev evaluation, kept free before the deadline
+
+
+LOCK_FILE = '.trainer.lock'  # held by the training process (files.ProcessLock): one trainer a log directory
 
 
 class Trainer:
@@ -171,6 +179,13 @@ class Trainer:
     """Checks the log directory's checkpoints and corpus against this run, then writes what the run is
     (params.txt, data.json, post_init_model_params.txt) and opens the checkpoint manager and summaries."""
     logdir = self.logdir
+    self._lock = None
+    if self.chief:  # one trainer a log directory (the evaler job only reads it; other clients only save shards)
+      try:
+        self._lock = files.ProcessLock(os.path.join(logdir, LOCK_FILE)).Acquire()
+      except files.LockHeld as e:
+        raise ValueError(f'--logdir {logdir}: another trainer is running in it ({e}); wait for it to end or '
+                         'train into another --logdir') from None
     # Before the manager reads the state file.
     self.candidates = checkpoints.CheckpointCandidates(logdir, self.log, repair=self.chief)
     # Another model's checkpoints are refused before anything in the log directory is rewritten.
@@ -361,7 +376,15 @@ class Trainer:
 
   def Train(self, evaluate: bool = True) -> Dict[str, float]:
     """Runs to `max_steps` (resuming), with dev evaluations every `eval_interval` steps if `evaluate`;
-    returns the last training metrics. SIGTERM/SIGINT end the current step, save it and raise Preempted."""
+    returns the last training metrics. SIGTERM/SIGINT end the current step, save it and raise Preempted.
+    The log directory's lock is released when it returns or raises (a new Trainer may then resume here)."""
+    try:
+      return self._Train(evaluate)
+    finally:
+      if self._lock is not None:
+        self._lock.Release()
+
+  def _Train(self, evaluate: bool) -> Dict[str, float]:
     lp = self.learner_p
     # The checkpoint's step, read alone: the whole checkpoint is restored once, after the input exists.
     saved = self.Step()
@@ -410,6 +433,7 @@ class Trainer:
   def _Loop(self, data, step, signals, evaluate, budget_start):
     """Trains from `step` to max_steps: each step is the list of named actions below, in order."""
     lp, run = self.learner_p, _Run(step=step, saved_step=step, budget_start=budget_start)
+    self._divergence = divergence.DivergenceWatch(lp.divergence_factor, lp.divergence_patience)
     progress = self._progress = _progress.Progress(self._clock, step)
     while run.step < lp.max_steps:
       batch, metrics = self._Step(data, run, progress)
@@ -484,9 +508,22 @@ class Trainer:
     run.last = {k: float(v) for k, v in fetched.items() if v.ndim == 0}
     progress.Rate(run.last)
     run.last['skipped_steps'] = float(run.skipped)
-    self._Summaries('train', run.last, run.step, {k: v for k, v in fetched.items() if v.ndim == 1})
+    ratio = self._divergence.Ratio(run.last['loss'])
+    self._Summaries('train', dict(run.last, loss_over_lowest=ratio), run.step,
+                    {k: v for k, v in fetched.items() if v.ndim == 1})
     self.log(progress.Line(run.step, self.learner_p.max_steps, run.last))
     progress.NextWindow()
+    self._CheckDivergence(run)
+
+  def _CheckDivergence(self, run: '_Run'):
+    """A finite loss far above its lowest for several log lines: stop without saving, or say so and go on."""
+    why = self._divergence.Update(run.step, run.last['loss'])
+    if why is None:
+      return
+    if self.learner_p.on_divergence == 'stop':
+      raise Diverged(f'{why}; stopped without saving (last checkpoint: step {run.saved_step}); '
+                     'learner.on_divergence : warn would train on')
+    self.log(f'step {run.step}: {why}; training on (learner.on_divergence : warn)')
 
   def _TimeForBudget(self, run: '_Run', progress: _progress.Progress, evaluate: bool):
     """Times the steps before the budget's decision, and decides at its step (setting the deadline)."""
@@ -527,24 +564,33 @@ class Trainer:
   def _Save(self, step, seconds):
     """Writes ckpt-<step> and appends {step, wall-clock of training so far, code commit} to checkpoints.jsonl
     (the x axis of learning curves against time, seconds adding up across resumed runs; the commit says what
-    trained each stretch of a resumed run)."""
-    path = self.manager.save(checkpoint_number=step)
-    if self.input_checkpoint is not None:
-      self.input_checkpoint.write(self._InputPath(path))
+    trained each stretch of a resumed run). A failed write (a full disk, a file-size limit, a permission
+    change) is checkpoints.WriteFailed in one line; the checkpoint before stays the latest and restores."""
+    latest = self.manager.latest_checkpoint
+    try:
+      path = self.manager.save(checkpoint_number=step)
+      if self.input_checkpoint is not None:
+        self.input_checkpoint.write(self._InputPath(path))
+    except (tf.errors.OpError, OSError) as e:
+      checkpoints.RemovePartial(self.logdir, step)
+      raise checkpoints.WriteFailed(
+          f'{os.path.join(self.logdir, f"ckpt-{step}")}: cannot write the checkpoint ({checkpoints.Brief(e)}); '
+          f'the latest is still {os.path.basename(latest) if latest else "none"}') from None
     if not self.chief:
       return
     log_path = os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG)
-    before = 0.0
-    if os.path.exists(log_path):
-      with open(log_path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-      before = max([r['train_seconds'] for r in rows if r['step'] < step] or [0.0])
     if self._resumed_seconds is None:
-      self._resumed_seconds = before
-    with open(log_path, 'a') as f:
-      f.write(json.dumps({'step': step, 'checkpoint': os.path.basename(path),
-                          'train_seconds': round(self._resumed_seconds + seconds, 1),
-                          'time': time.strftime('%Y-%m-%dT%H:%M:%S'), 'commit': self._commit}) + '\n')
+      rows = files.ReadJsonl(log_path)
+      self._resumed_seconds = max([r['train_seconds'] for r in rows if r['step'] < step] or [0.0])
+    row = {'step': step, 'checkpoint': os.path.basename(path),
+           'train_seconds': round(self._resumed_seconds + seconds, 1),
+           'time': time.strftime('%Y-%m-%dT%H:%M:%S'), 'commit': self._commit}
+    try:
+      with open(log_path, 'a') as f:
+        f.write(json.dumps(row) + '\n')
+    except OSError as e:
+      raise checkpoints.WriteFailed(f'{log_path}: cannot append ({e.strerror or e}); {os.path.basename(path)} '
+                                    'was written and is the latest') from None
 
   def _DevRows(self) -> List[Dict]:
     """The training loop's dev evaluations of this run (earlier processes' from dev_eval.jsonl, then this
