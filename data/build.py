@@ -24,6 +24,7 @@ import shutil
 import time
 
 from lingvo_gshard.data import corpus as corpus_lib
+from lingvo_gshard.data import integrity
 from lingvo_gshard.data import report as report_lib
 from lingvo_gshard.utils import files
 
@@ -160,6 +161,7 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
           raise report_lib.DataError(f'{staging}: {name} split has {written} examples, expected {expected}')
       manifest = _Manifest(corpus, report, fingerprint, time.time() - start,
                            sorted({type(s).__name__ for s in sources}))
+      manifest[integrity.FILES] = integrity.Record(staging, gettext_m4.NAME)  # paths stay valid after the move
       with open(os.path.join(staging, MANIFEST), 'w', encoding='utf-8') as f:
         json.dump(manifest, f, indent=1, ensure_ascii=False)
         f.flush()

@@ -13,6 +13,7 @@ import os
 from lingvo_gshard.data import build
 from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import gettext_m4
+from lingvo_gshard.data import integrity
 from lingvo_gshard.data import report as report_lib
 
 
@@ -22,6 +23,8 @@ def LoadManifest(data_dir):
   if manifest is None:
     raise report_lib.DataError(f'{os.path.join(data_dir, build.MANIFEST)}: no finished gettext_m4 build '
                                f'here (build it with python -m lingvo_gshard.tools.prepare_data)')
+  if manifest.get('version') == gettext_m4.DATASET_VERSION:  # another version: the builder says rebuild
+    integrity.CheckSizes(data_dir, manifest)
   return manifest
 
 
@@ -96,5 +99,30 @@ def LoadSplit(data_dir, lang=None, split='train', shuffle_files=False):
 def Pairs(data_dir, lang, split):
   """All (source, target) pairs of one language and split as Python strings, in stored order."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  return [(ex['source'].decode('utf-8'), ex['target'].decode('utf-8'))
-          for ex in tfds.as_numpy(LoadSplit(data_dir, lang, split))]
+  with CorruptRecords(data_dir):
+    return [(ex['source'].decode('utf-8'), ex['target'].decode('utf-8'))
+            for ex in tfds.as_numpy(LoadSplit(data_dir, lang, split))]
+
+
+class CorruptRecords:
+  """Within it, a record that fails its checksum while being read is a one-line DataError naming the data
+  directory, TensorFlow's account of the record, and the files of the build whose sha256 no longer matches
+  (the manifest's records; where they cannot tell, how to check every file)."""
+
+  def __init__(self, data_dir: str, context: str = ''):
+    self.data_dir, self.context = data_dir, context
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, value, traceback):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if kind is not None and issubclass(kind, tf.errors.DataLossError):
+      what = ' '.join(str(value.message if hasattr(value, 'message') else value).split())
+      what = what.split('{{function_node')[0].strip() or what.split('}}')[-1].split('[Op:')[0].strip()
+      bad = [line.split(': ')[0] for line in integrity.Verify(self.data_dir, build.ReadManifest(self.data_dir) or {})]
+      where = (f' in {", ".join(bad[:3])}{" and more" if len(bad) > 3 else ""}' if bad else
+               f'; check every file with python -m lingvo_gshard.tools.prepare_data --verify '
+               f'--data_dir={self.data_dir}')
+      raise report_lib.DataError(f'{self.data_dir}: a corrupt record ({what[:200]}){where}{self.context}') from None
+    return False

@@ -7,6 +7,7 @@ Default: every gettext catalog under /usr/share/locale, the 100 largest language
   python -m lingvo_gshard.tools.prepare_data --data_dir=... --nogettext \
       --tsv=de=/data/de-en.tsv,fr=/data/fr-en.tsv
   python -m lingvo_gshard.tools.prepare_data --data_dir=... --nogettext --tfds=wmt19_translate/de-en
+  python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data --verify   # every file's sha256
 
 Prints a per-language summary and the skip report; bad input exits 1 with one line naming the problem.
 """
@@ -20,8 +21,10 @@ from lingvo_gshard.data import build
 from lingvo_gshard.data import cleaning
 from lingvo_gshard.data import corpus
 from lingvo_gshard.data import debian
+from lingvo_gshard.data import integrity
 from lingvo_gshard.data import report
 from lingvo_gshard.data import sources
+from lingvo_gshard.tools import _common
 
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data directory to build into.', required=True)
 _GETTEXT = flags.DEFINE_bool('gettext', True, 'Read gettext catalogs under --locale_roots.')
@@ -39,15 +42,19 @@ _TSV = flags.DEFINE_list('tsv', [], 'LANG=PATH files of source<TAB>target lines 
 _TFDS = flags.DEFINE_list('tfds', [], 'TFDS translation datasets, e.g. wmt19_translate/de-en.')
 _TFDS_SPLIT = flags.DEFINE_string('tfds_split', 'train', 'Split of the --tfds datasets to read.')
 _TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'data_dir for the --tfds datasets.')
-_NUM_LANGUAGES = flags.DEFINE_integer('num_languages', 100, 'Keep the N largest languages.')
+_NUM_LANGUAGES = flags.DEFINE_integer('num_languages', 100, 'Keep the N largest languages.', lower_bound=1)
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Keep exactly these languages (tags or locales).')
-_DEV_FRACTION = flags.DEFINE_float('dev_fraction', 0.03, 'Fraction of English sentences held out as dev.')
-_TEST_FRACTION = flags.DEFINE_float('test_fraction', 0.03, 'Fraction of English sentences held out as test.')
-_MAX_DEV = flags.DEFINE_integer('max_dev', 1000, 'Most dev pairs per language (the rest are unused).')
-_MAX_TEST = flags.DEFINE_integer('max_test', 1000, 'Most test pairs per language (the rest are unused).')
-_MIN_TRAIN = flags.DEFINE_integer('min_train', 1, 'Drop languages with fewer training pairs.')
-_MAX_CHARS = flags.DEFINE_integer('max_chars', cleaning.DEFAULT_MAX_CHARS, 'Longest side kept (chars).')
+_DEV_FRACTION = flags.DEFINE_float('dev_fraction', 0.03, 'Fraction of English sentences held out as dev.',
+                                   lower_bound=0.0, upper_bound=0.5)
+_TEST_FRACTION = flags.DEFINE_float('test_fraction', 0.03, 'Fraction of English sentences held out as test.',
+                                    lower_bound=0.0, upper_bound=0.5)
+_MAX_DEV = flags.DEFINE_integer('max_dev', 1000, 'Most dev pairs per language (the rest are unused).', lower_bound=0)
+_MAX_TEST = flags.DEFINE_integer('max_test', 1000, 'Most test pairs per language (the rest are unused).', lower_bound=0)
+_MIN_TRAIN = flags.DEFINE_integer('min_train', 1, 'Drop languages with fewer training pairs.', lower_bound=1)
+_MAX_CHARS = flags.DEFINE_integer('max_chars', cleaning.DEFAULT_MAX_CHARS, 'Longest side kept (chars).', lower_bound=1)
 _FORCE = flags.DEFINE_bool('force', False, 'Rebuild even if the data dir is up to date.')
+_VERIFY = flags.DEFINE_bool('verify', False, 'Build nothing: check that every file of the build in --data_dir '
+                            'is there with the size and sha256 it was written with; one line per bad file.')
 
 
 def _Log(line):
@@ -100,9 +107,30 @@ def Summary(manifest):
   return '\n'.join(lines)
 
 
+def _Verify(data_dir):
+  manifest = build.ReadManifest(data_dir)
+  if manifest is None:
+    print(f'prepare_data: error: {data_dir}: no finished build to verify', file=sys.stderr)
+    return 1
+  files = manifest.get(integrity.FILES)
+  if not files:
+    print(f'prepare_data: error: {data_dir}: its manifest records no file checksums (built before they '
+          'were kept); rebuild with --force to record them', file=sys.stderr)
+    return 1
+  problems = integrity.Verify(data_dir, manifest)
+  for line in problems:
+    print(f'prepare_data: {line}', file=sys.stderr)
+  total = sum(info['bytes'] for info in files.values())
+  print(f'{len(files) - len(problems)} of {len(files)} files ({total / 1e6:.1f} MB) as built: '
+        + ('OK' if not problems else f'{len(problems)} bad'))
+  return 1 if problems else 0
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _VERIFY.value:
+    return _Verify(_DATA_DIR.value)
   config = corpus.CorpusConfig(
       num_languages=_NUM_LANGUAGES.value, languages=tuple(_LANGUAGES.value),
       dev_fraction=_DEV_FRACTION.value, test_fraction=_TEST_FRACTION.value, max_dev=_MAX_DEV.value,
@@ -121,7 +149,7 @@ def main(argv):
 
 def run():
   """The console script's entry point."""
-  app.run(main)
+  _common.Main('prepare_data', main)
 
 
 if __name__ == '__main__':

@@ -22,6 +22,7 @@ from tensorflow.experimental import dtensor
 
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import sharding
+from lingvo_gshard.data import reader
 from lingvo_gshard.runtime import hardware
 from lingvo_gshard.runtime import learner as learner_lib
 from lingvo_gshard.runtime import step_runner
@@ -150,7 +151,6 @@ class Trainer:
   def _CheckBeforeWriting(self) -> Dict:
     """Everything that can be checked before the log directory is touched; returns the corpus manifest."""
     self._CheckMemory()  # builds the layers: bad layer params fail here, before any data or file is touched
-    from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
     manifest = reader.LoadManifest(self.inputs['train'].data_dir)  # a missing or empty corpus: one line
     try:
       os.makedirs(self.logdir, exist_ok=True)
@@ -412,7 +412,9 @@ class Trainer:
         with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE)) as f:
           tf.summary.text('params', f'```\n{f.read()}\n```', step=saved)
     self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
-    data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
+    with reader.CorruptRecords(self.inputs['train'].data_dir,
+                               f'; met while building the input, the last checkpoint is step {saved}'):
+      data = iter(self.inputs['train'].Instantiate(log=self.log).Dataset())
     began = self._clock()  # a time budget counts from here (the vocabularies are data preparation, not training)
     # The iterator is part of the checkpoint: a resumed run reads the batches the uninterrupted one would
     # have read (position, shuffle buffers and mixture state), so its losses are the same step for step.
@@ -465,7 +467,9 @@ class Trainer:
 
   def _Step(self, data, run: '_Run', progress: _progress.Progress):
     """Reads a batch and trains one step on it; returns (batch, metrics)."""
-    batch = {k: v.numpy() for k, v in next(data).items()}
+    with reader.CorruptRecords(self.inputs['train'].data_dir,
+                               f'; stopped before step {run.step + 1}, the last checkpoint is step {run.saved_step}'):
+      batch = {k: v.numpy() for k, v in next(data).items()}
     run.first = run.input_seconds is None
     if run.first:
       run.input_seconds = self._clock() - progress.began
