@@ -283,7 +283,7 @@ def test_tools_check_their_input_in_one_line(data_dir, tmp_path):
       (['m4_report', f'--runs_dir={tmp_path}', f'--add=moe={tmp_path}'], 'has no decode_test'),
       (['train_baselines', f'--data_dir={data_dir}', '--languages=de,xx'], 'not in the corpus: xx'),
       (['train_baselines', '--data_dir=/nonexistent'], '/nonexistent'),
-      (['train_baselines', '--max_sentences=-1'], '--max_sentences must be >= 0')]:
+      (['train_baselines', '--max_sentences=-1'], 'flag --max_sentences=-1: -1 is not a non-negative integer')]:
     out = subprocess.run([sys.executable, '-m', f'lingvo_gshard.tools.{args[0]}'] + args[1:],
                          capture_output=True, text=True, timeout=300)
     err = [l for l in out.stderr.splitlines() if l.startswith(f'{args[0]}:')]

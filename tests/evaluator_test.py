@@ -141,12 +141,12 @@ def test_tsv_errors_name_file_and_line(tmp_path):
 
 
 def test_evaluate_tool_checks_flags_before_decoding(tmp_path):
-  for args, message in [(['--max_sentences=-1'], '--max_sentences must be >= 0'),
+  for args, message in [(['--max_sentences=-1'], 'flag --max_sentences=-1: -1 is not a non-negative integer'),
                         (['--baselines=/tmp/bilingual'], 'has no {lang} placeholder'),
                         (['--baselines=/tmp/{lang}/{split}'], 'only {lang} may be a placeholder'),
                         (['--baselines=/tmp/{lang}', f'--plot={tmp_path}/nodir/x.png'], 'is not writable'),
-                        (['--beam_size=0'], '--beam_size must be >= 1'),
-                        (['--no_repeat_ngram=-2'], '--no_repeat_ngram must be >= 0')]:
+                        (['--beam_size=0'], 'flag --beam_size=0: 0 is not a positive integer'),
+                        (['--no_repeat_ngram=-2'], 'flag --no_repeat_ngram=-2: -2 is not a non-negative integer')]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.evaluate', '--model=M4TinyMoE',
                           f'--logdir={tmp_path}'] + args, capture_output=True, text=True, timeout=120)
     err = [l for l in out.stderr.splitlines() if l.startswith('evaluate:')]

@@ -301,7 +301,7 @@ def test_the_dev_batches_read_once_are_the_ones_every_evaluation_would_read(data
 def test_trainer_modes_fail_in_one_line(tmp_path):
   for args, message in [(['--mode=decode'], 'no checkpoint'), (['--mode=eval'], 'no params.txt'),
                         (['--mode=eval', '--max_steps=5'], 'apply to training only'),
-                        (['--mode=decode', '--max_sentences=-1'], '--max_sentences must be >= 0')]:
+                        (['--mode=decode', '--max_sentences=-1'], 'flag --max_sentences=-1: -1 is not a non-negative integer')]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', '--model=M4TinyMoE',
                           f'--logdir={tmp_path}/none'] + args, capture_output=True, text=True, timeout=300)
     err = [l for l in out.stderr.splitlines() if l.startswith('trainer:')]

@@ -163,7 +163,7 @@ def test_trainer_tool_errors_are_one_line(tmp_path):
                          "learner.optimizer.schedule = 'exp': must be one of {'cosine', 'linear', 'rsqrt'}"),
                         (['--model=MoE2048E36L'], 'MoE2048E36L needs 4'),
                         (['--model=M4TinyMoEDemo', '--max_train_seconds=-5'],
-                         'learner.max_train_seconds must be > 0, got -5'),
+                         'flag --max_train_seconds=-5: -5.0 is not a non-negative number'),
                         ]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', f'--logdir={tmp_path}/x',
                           '--data_dir=/nonexistent'] + args, capture_output=True, text=True, timeout=300)

@@ -7,6 +7,22 @@ import sys
 from typing import NoReturn, Sequence, Tuple, Type
 
 
+def Main(tool: str, main) -> None:
+  """app.run(main), with every flag error — an unknown flag (with the closest), a value of the wrong type,
+  outside its bounds or choices, a missing required flag — as one line `tool: message` and exit 1, before
+  main runs: nothing is read, created or written by a command whose flags are wrong."""
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+
+  def Parse(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:
+      Fail(tool, ' '.join(str(e).split()))
+
+  app.run(main, flags_parser=Parse)
+
+
 def Fail(tool: str, message: str, code: int = 1) -> NoReturn:
   """`tool: message` on stderr, exit `code` (1: bad input; 128 + signal: preempted)."""
   print(f'{tool}: {message}', file=sys.stderr)

@@ -29,8 +29,8 @@ _SET = flags.DEFINE_string('set', 'test', 'Evaluated set (decode_<set>/ in both 
                            'holds one decode, of the set its results.json names).')
 _METRICS = flags.DEFINE_list('metrics', ['bleu', 'chrf'], 'bleu and/or chrf.')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to compare; default: all that were evaluated.')
-_RESAMPLES = flags.DEFINE_integer('resamples', 1000, 'Bootstrap resamples.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the resampling.')
+_RESAMPLES = flags.DEFINE_integer('resamples', 1000, 'Bootstrap resamples.', lower_bound=10)
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the resampling.', lower_bound=0)
 _JSON = flags.DEFINE_string('json', '', 'Write the full result (per language too) as JSON here.')
 
 
@@ -62,8 +62,6 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   _common.QuietLogs()  # TFDS logs a line per language split it opens to rebuild an archive's references
-  if _RESAMPLES.value < 10:
-    _Fail(f'--resamples must be >= 10, got {_RESAMPLES.value}')
   from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.report import significance  # pylint: disable=g-import-not-at-top
   for metric in _METRICS.value:
@@ -91,7 +89,7 @@ def main(argv):
 
 def run():
   """The console script's entry point."""
-  app.run(main)
+  _common.Main('compare_runs', main)
 
 
 if __name__ == '__main__':

@@ -14,6 +14,7 @@ import sys
 from absl import app
 from absl import flags
 
+from lingvo_gshard.tools import _common
 from lingvo_gshard.utils import paths
 
 _MODEL = flags.DEFINE_string('model', 'M4TinyMoE', 'Experiment whose shape both sides take.')
@@ -25,11 +26,12 @@ _OVERRIDES = flags.DEFINE_string(
 _DATA_DIR = flags.DEFINE_string('data_dir', paths.DefaultDataDir(), 'Built corpus (prepare_data).')
 _LANGUAGES = flags.DEFINE_list('languages', ['fr', 'de', 'ru', 'es', 'ja', 'zh-CN', 'pl', 'uk'],
                                'Languages whose test sentences are decoded.')
-_SENTENCES = flags.DEFINE_integer('sentences', 16, 'Sentences per language.')
-_BATCH = flags.DEFINE_integer('batch_size', 32, 'Sentences per generate call.')
-_BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.')
-_LENGTH = flags.DEFINE_integer('length', 32, 'Output tokens per sentence (forced on both sides).')
-_ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed passes of each decoder, the two taking turns (best kept).')
+_SENTENCES = flags.DEFINE_integer('sentences', 16, 'Sentences per language.', lower_bound=1)
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'Sentences per generate call.', lower_bound=1)
+_BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.', lower_bound=1)
+_LENGTH = flags.DEFINE_integer('length', 32, 'Output tokens per sentence (forced on both sides).', lower_bound=1)
+_ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed passes of each decoder, the two taking turns (best kept).',
+                              lower_bound=1)
 _JSON = flags.DEFINE_string('json', '', "Write the figures as JSON here ('-' = stdout).")
 
 _TARGET = 2.0
@@ -38,11 +40,6 @@ _TARGET = 2.0
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  for name, flag in (('sentences', _SENTENCES), ('batch_size', _BATCH), ('beam_size', _BEAM),
-                     ('length', _LENGTH), ('rounds', _ROUNDS)):
-    if flag.value < 1:
-      print(f'decode_benchmark: --{name} must be >= 1, got {flag.value}', file=sys.stderr)
-      return 1
   try:
     import torch  # pylint: disable=g-import-not-at-top,unused-import
     import transformers  # pylint: disable=g-import-not-at-top,unused-import
@@ -109,4 +106,4 @@ def tf_threads():
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _common.Main('decode_benchmark', main)

@@ -27,16 +27,16 @@ _SPLIT = flags.DEFINE_enum('split', 'test', ['dev', 'test'], 'Corpus split to tr
 _TEST_DIR = flags.DEFINE_string('test_dir', '', 'Instead of a corpus split: a directory of <lang>.tsv files '
                                 '(source<TAB>reference per line).')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Languages to evaluate; default: all.')
-_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'First N sentences per language (0 = all).')
-_BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.')
-_ALPHA = flags.DEFINE_float('length_alpha', 0.6, 'GNMT length normalisation exponent.')
+_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'First N sentences per language (0 = all).', lower_bound=0)
+_BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.', lower_bound=1)
+_ALPHA = flags.DEFINE_float('length_alpha', 0.6, 'GNMT length normalisation exponent.', lower_bound=0.0)
 _NO_REPEAT = flags.DEFINE_integer('no_repeat_ngram', 0, 'N > 0: no hypothesis repeats an N-token sequence '
-                                  "(fairseq's --no-repeat-ngram-size); 0 = off.")
+                                  "(fairseq's --no-repeat-ngram-size); 0 = off.", lower_bound=0)
 _BATCH_TOKENS = flags.DEFINE_integer('batch_tokens', 2048, 'Source tokens per decoding batch (sentences x '
-                                     'bucket length).')
+                                     'bucket length).', lower_bound=64)
 _CHECKPOINT = flags.DEFINE_string('checkpoint', '', 'Checkpoint prefix to evaluate; default: the latest.')
 _EXAMPLES = flags.DEFINE_integer('examples', 0, 'Print this many example translations from different '
-                                 'languages.')
+                                 'languages.', lower_bound=0)
 _BASELINES = flags.DEFINE_string('baselines', '', 'Log directory pattern of bilingual runs, with {lang}.')
 _PLOT = flags.DEFINE_string('plot', '', 'Write a delta-BLEU plot (PNG) here (needs matplotlib).')
 flags.mark_flags_as_required(['model', 'logdir'])
@@ -48,18 +48,7 @@ def _Fail(message):
 
 def _CheckFlags():
   """Everything that can be wrong with the flags, found before any decoding."""
-  if _MAX_SENTENCES.value < 0:
-    _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
-  if _BEAM.value < 1:
-    _Fail(f'--beam_size must be >= 1, got {_BEAM.value}')
-  if _ALPHA.value < 0:
-    _Fail(f'--length_alpha must be >= 0, got {_ALPHA.value}')
-  if _NO_REPEAT.value < 0:
-    _Fail(f'--no_repeat_ngram must be >= 0 (0 = off), got {_NO_REPEAT.value}')
-  if _EXAMPLES.value < 0:
-    _Fail(f'--examples must be >= 0, got {_EXAMPLES.value}')
-  if _BATCH_TOKENS.value < 64:
-    _Fail(f'--batch_tokens must be >= 64, got {_BATCH_TOKENS.value}')
+  # Numbers are checked by their flags' bounds while the flags are parsed (_common.Main).
   if not os.path.isdir(_LOGDIR.value):
     _Fail(f'--logdir {_LOGDIR.value}: no such directory')
   if _BASELINES.value:
@@ -130,7 +119,7 @@ def main(argv):
 
 def run():
   """The console script's entry point."""
-  app.run(main)
+  _common.Main('evaluate', main)
 
 
 if __name__ == '__main__':

@@ -24,21 +24,23 @@ from lingvo_gshard.bench import input_speed
 from lingvo_gshard.data import report
 from lingvo_gshard.input import mixture
 from lingvo_gshard.input import pipeline
+from lingvo_gshard.tools import _common
 
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'A built data directory (tools/prepare_data).',
                                 required=True)
 _SPLIT = flags.DEFINE_string('split', 'train', 'Split to read.')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Languages (empty = all in the manifest).')
-_TEMPERATURE = flags.DEFINE_float('temperature', 5.0, 'Mixture temperature T.')
-_BATCH_ROWS = flags.DEFINE_integer('batch_rows', 32, 'Rows per batch.')
-_PACKED_LENGTH = flags.DEFINE_integer('packed_length', 256, 'Ls = Lt of packed rows.')
-_MAX_LENGTH = flags.DEFINE_integer('max_length', 64, 'Longest source / target kept (pieces + eos).')
-_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 8000, 'Size of the shared (or each) vocabulary.')
+_TEMPERATURE = flags.DEFINE_float('temperature', 5.0, 'Mixture temperature T.', lower_bound=1e-06)
+_BATCH_ROWS = flags.DEFINE_integer('batch_rows', 32, 'Rows per batch.', lower_bound=1)
+_PACKED_LENGTH = flags.DEFINE_integer('packed_length', 256, 'Ls = Lt of packed rows.', lower_bound=1)
+_MAX_LENGTH = flags.DEFINE_integer('max_length', 64, 'Longest source / target kept (pieces + eos).', lower_bound=1)
+_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 8000, 'Size of the shared (or each) vocabulary.', lower_bound=1)
 _OVERRIDE = flags.DEFINE_string('input_params_override', '', 'Overrides of MTInput params (a=1,b.c=2).')
-_WARMUP = flags.DEFINE_integer('warmup_batches', 20, 'Batches read before timing.')
-_BATCHES = flags.DEFINE_integer('batches', 200, 'Batches timed.')
-_DRAWS = flags.DEFINE_integer('draws', 20000, 'Mixture draws for the observed language distribution.')
-_MODEL_TPS = flags.DEFINE_float('model_tokens_per_sec', 0.0, 'Tokens/s a model consumes (for the ratio).')
+_WARMUP = flags.DEFINE_integer('warmup_batches', 20, 'Batches read before timing.', lower_bound=0)
+_BATCHES = flags.DEFINE_integer('batches', 200, 'Batches timed.', lower_bound=1)
+_DRAWS = flags.DEFINE_integer('draws', 20000, 'Mixture draws for the observed language distribution.', lower_bound=1)
+_MODEL_TPS = flags.DEFINE_float('model_tokens_per_sec', 0.0, 'Tokens/s a model consumes (for the ratio).',
+                                lower_bound=0.0)
 _JSON = flags.DEFINE_string('json', '', 'Also write the figures to this JSON file.')
 
 
@@ -104,4 +106,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _common.Main('input_benchmark', main)

@@ -18,6 +18,8 @@ import sys
 from absl import app
 from absl import flags
 
+from lingvo_gshard.tools import _common
+
 _RUNS = flags.DEFINE_list('runs', None, 'NAME=LOGDIR pairs.', required=True)
 _SET = flags.DEFINE_string('set', 'dev', 'Evaluated test set: dev, test or tsv-<dir>.')
 _AVERAGE = flags.DEFINE_string('average', 'top10', 'Average of results.json to plot: top10, high, medium, '
@@ -96,4 +98,4 @@ def _DevLoss(runs, metric):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _common.Main('learning_curves', main)

@@ -11,6 +11,7 @@ from absl import flags
 from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import experiment
 from lingvo_gshard.core import registry
+from lingvo_gshard.tools import _common
 
 _FILTER = flags.DEFINE_string('filter', '', 'Only list experiments whose name contains this text.')
 _PARAMS = flags.DEFINE_string('params', '', 'Print the params of this experiment instead.')
@@ -40,7 +41,7 @@ def main(argv):
 
 def run():
   """The console script's entry point."""
-  app.run(main)
+  _common.Main('list_models', main)
 
 
 if __name__ == '__main__':

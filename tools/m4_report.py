@@ -31,7 +31,7 @@ _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus: (re)writes RUNS_D
 _ADD = flags.DEFINE_multi_string('add', [], 'NAME=LOGDIR[@CHECKPOINT]: record a multilingual run\'s scores.')
 _SET = flags.DEFINE_string('set', 'test', 'Test set the report compares (decode_<set>/ of the runs).')
 _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'Compare scores of the first N sentences per '
-                                      'language (0: the whole split).')
+                                      'language (0: the whole split).', lower_bound=0)
 _DENSE = flags.DEFINE_string('dense', 'dense', 'Run name of the dense model (for the targets).')
 _MOE = flags.DEFINE_string('moe', 'moe', 'Run name of the MoE model.')
 _LARGER = flags.DEFINE_string('larger_moe', 'moe64', 'Run name of the larger MoE model.')
@@ -44,8 +44,6 @@ def _Fail(message):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  if _MAX_SENTENCES.value < 0:
-    _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
   adds = []
   for spec in _ADD.value:
     name, logdir, ckpt = _common.RunSpec('m4_report', 'add', spec)
@@ -101,7 +99,7 @@ def main(argv):
 
 def run():
   """The console script's entry point."""
-  app.run(main)
+  _common.Main('m4_report', main)
 
 
 if __name__ == '__main__':

@@ -17,13 +17,14 @@ from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import mesh as mesh_lib
 from lingvo_gshard.core import registry
 from lingvo_gshard.models import analysis
+from lingvo_gshard.tools import _common
 
 _MODEL = flags.DEFINE_string('model', '', 'Registered experiment name.')
 _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: the experiment\'s.')
 _FAMILY = flags.DEFINE_bool('family', False, 'Analyse the paper\'s model family (Table 1).')
 _JSON = flags.DEFINE_bool('json', False, 'Print a JSON list of objects instead of a table.')
-_SEQ_LEN = flags.DEFINE_integer('seq_len', 256, 'Tokens per example (attention context and batch size).')
-_TOKENS = flags.DEFINE_integer('tokens_per_step', 0, 'Tokens per step; default: the Train() input\'s.')
+_SEQ_LEN = flags.DEFINE_integer('seq_len', 256, 'Tokens per example (attention context and batch size).', lower_bound=1)
+_TOKENS = flags.DEFINE_integer('tokens_per_step', 0, 'Tokens per step; default: the Train() input\'s.', lower_bound=0)
 _OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Task params overrides, e.g. num_heads=8.')
 
 
@@ -62,4 +63,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _common.Main('model_analysis', main)

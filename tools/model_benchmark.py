@@ -22,20 +22,22 @@ from lingvo_gshard import params as params_lib
 from lingvo_gshard.bench import steps as steps_lib
 from lingvo_gshard.bench import timing
 from lingvo_gshard.core import registry
+from lingvo_gshard.tools import _common
 from lingvo_gshard.utils import paths
 
 _MODELS = flags.DEFINE_list('models', ['M4TinyDense', 'M4TinyMoE'], 'Experiments to time.')
 _REPEATS = flags.DEFINE_integer('repeats', 7,
-                                'Timed rounds (one call of the matmul and of every step per round).')
-_DECODE_LEN = flags.DEFINE_integer('decode_len', 64, 'Decoded length.')
-_DECODE_BATCH = flags.DEFINE_integer('decode_batch', 16, 'Sentences decoded together.')
-_MATMUL = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N^3 matmul.')
+                                'Timed rounds (one call of the matmul and of every step per round).', lower_bound=1)
+_DECODE_LEN = flags.DEFINE_integer('decode_len', 64, 'Decoded length.', lower_bound=1)
+_DECODE_BATCH = flags.DEFINE_integer('decode_batch', 16, 'Sentences decoded together.', lower_bound=1)
+_MATMUL = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N^3 matmul.', lower_bound=1)
 _JSON = flags.DEFINE_string('json', '', "Write results as JSON to this path ('-' = stdout).")
 _MODES = flags.DEFINE_list('modes', ['jit', 'graph'], "Step modes: 'jit' (whole step XLA) and 'graph' (TF "
                            "graph, MoE routing and losses in XLA islands: StepRunner(jit=False)).")
 
 _BINARY_STEPS = flags.DEFINE_integer('binary_steps', 0, 'Also run the trainer binary this many steps per model '
-                                     'and mode on --data_dir and compare its s/step with the step above (0: off).')
+                                     'and mode on --data_dir and compare its s/step with the step above (0: off).',
+                                     lower_bound=0)
 _DATA_DIR = flags.DEFINE_string('data_dir', paths.DefaultDataDir(), 'Corpus of the --binary_steps runs.')
 
 _TARGET_FLOPS_FRACTION = 0.5
@@ -105,4 +107,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _common.Main('model_benchmark', main)

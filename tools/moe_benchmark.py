@@ -36,23 +36,25 @@ from absl import flags
 import tensorflow as tf
 
 from lingvo_gshard.bench import moe_ffn
+from lingvo_gshard.tools import _common
 
-_GROUPS = flags.DEFINE_integer('groups', 4, 'G: groups of tokens.')
-_GROUP_SIZE = flags.DEFINE_integer('group_size', 1024, 'S: tokens per group.')
-_MODEL_DIM = flags.DEFINE_integer('model_dim', 256, 'M.')
-_HIDDEN_DIM = flags.DEFINE_integer('hidden_dim', 1024, 'H of each expert; the dense baseline uses 2H.')
-_NUM_EXPERTS = flags.DEFINE_integer('num_experts', 16, 'E of the main comparison.')
-_CAPACITY_FACTOR = flags.DEFINE_float('capacity_factor', 2.0, 'cf: C = int(S*cf/E), rounded up to 4.')
+_GROUPS = flags.DEFINE_integer('groups', 4, 'G: groups of tokens.', lower_bound=1)
+_GROUP_SIZE = flags.DEFINE_integer('group_size', 1024, 'S: tokens per group.', lower_bound=1)
+_MODEL_DIM = flags.DEFINE_integer('model_dim', 256, 'M.', lower_bound=1)
+_HIDDEN_DIM = flags.DEFINE_integer('hidden_dim', 1024, 'H of each expert; the dense baseline uses 2H.', lower_bound=1)
+_NUM_EXPERTS = flags.DEFINE_integer('num_experts', 16, 'E of the main comparison.', lower_bound=1)
+_CAPACITY_FACTOR = flags.DEFINE_float('capacity_factor', 2.0, 'cf: C = int(S*cf/E), rounded up to 4.',
+                                      lower_bound=1e-06)
 _DISPATCH = flags.DEFINE_list('dispatch', ['index', 'einsum'], 'Dispatch paths compared at --num_experts.')
 _MODES = flags.DEFINE_list('modes', ['jit', 'graph'], 'How steps run: jit, graph and/or graph_no_islands '
                            '(see above).')
 _SWEEP_EXPERTS = flags.DEFINE_list('sweep_experts', ['8', '16', '32', '64', '128'],
                                    'E values of the sweep at fixed tokens; empty to skip.')
 _SWEEP_DISPATCH = flags.DEFINE_list('sweep_dispatch', ['index'], 'Dispatch paths of the E sweep.')
-_MATMUL_DIM = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N x N x N matmul.')
-_REPEATS = flags.DEFINE_integer('repeats', 10, 'Timed rounds (one call of every step per round).')
-_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed calls of each step after compilation.')
-_INTRA_OP_THREADS = flags.DEFINE_integer('intra_op_threads', 0, 'TensorFlow/XLA threads; 0 = all cores.')
+_MATMUL_DIM = flags.DEFINE_integer('matmul_dim', 2048, 'N of the reference N x N x N matmul.', lower_bound=1)
+_REPEATS = flags.DEFINE_integer('repeats', 10, 'Timed rounds (one call of every step per round).', lower_bound=1)
+_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed calls of each step after compilation.', lower_bound=0)
+_INTRA_OP_THREADS = flags.DEFINE_integer('intra_op_threads', 0, 'TensorFlow/XLA threads; 0 = all cores.', lower_bound=0)
 _KEEP_FREED_MEMORY = flags.DEFINE_bool(
     'keep_freed_memory', False,
     "glibc mallopt: serve large buffers from the heap and never give freed memory back to the kernel, so a "
@@ -68,8 +70,6 @@ _JSON = flags.DEFINE_string('json', '', "Write the results as JSON to this path 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  if _REPEATS.value < 1:
-    raise app.UsageError(f'--repeats must be >= 1, got {_REPEATS.value}')
   if _PROFILE.value:
     # Read when XLA first compiles, which has not happened yet: the CPU runtime then emits per-op events.
     xla_flags = os.environ.get('XLA_FLAGS', '')
@@ -115,4 +115,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _common.Main('moe_benchmark', main)

@@ -23,8 +23,8 @@ _RUNS_DIR = flags.DEFINE_string('runs_dir', 'docs/experiments/m4_tiny/runs/bilin
 _DATA_DIR = flags.DEFINE_string('data_dir', paths.DefaultDataDir(), 'Built corpus (prepare_data).')
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Pairs to run (language codes); default: every corpus pair.')
 _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, 'Score the first N test sentences (0 = the whole '
-                                      'test split).')
-_BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.')
+                                      'test split).', lower_bound=0)
+_BEAM = flags.DEFINE_integer('beam_size', 4, 'Beam size.', lower_bound=1)
 _OVERRIDES = flags.DEFINE_string('model_params_override', '', 'Applied after each pair\'s own overrides '
                                  '(params.txt keys, "a : 1; b : 2").')
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the plan (tier, steps, overrides per pair) and exit.')
@@ -33,10 +33,6 @@ _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the plan (tier, steps, ove
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  if _MAX_SENTENCES.value < 0:
-    _common.Fail('train_baselines', f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
-  if _BEAM.value < 1:
-    _common.Fail('train_baselines', f'--beam_size must be >= 1, got {_BEAM.value}')
   _common.QuietLogs()
   from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.campaigns import bilingual_baselines  # pylint: disable=g-import-not-at-top
@@ -65,7 +61,7 @@ def main(argv):
 
 def run():
   """The console script's entry point."""
-  app.run(main)
+  _common.Main('train_baselines', main)
 
 
 if __name__ == '__main__':

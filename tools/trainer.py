@@ -36,22 +36,23 @@ _MODE = flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'train_and_eval', 
                           'What to run (see the module docstring).')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', '', '--mode=decode: checkpoint to decode (default: latest).')
 _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, '--mode=decode: first N test sentences per language '
-                                      '(0 = all).')
+                                      '(0 = all).', lower_bound=0)
 _EVAL_TIMEOUT = flags.DEFINE_float('eval_timeout', None, '--mode=eval: stop after this many seconds without a '
-                                   'new checkpoint (default: wait for the final step\'s).')
+                                   'new checkpoint (default: wait for the final step\'s).', lower_bound=0.0)
 _LOGDIR = flags.DEFINE_string('logdir', None, 'Where params, summaries and checkpoints go.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus (prepare_data); default: the experiment\'s.')
 _BACKEND = flags.DEFINE_enum('backend', 'none', ['none', 'dtensor', 'xla'], 'Sharding backend.')
 _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: the experiment\'s.')
-_VIRTUAL = flags.DEFINE_integer('virtual_devices', 0, 'Split the CPU into this many logical devices.')
+_VIRTUAL = flags.DEFINE_integer('virtual_devices', 0, 'Split the CPU into this many logical devices.', lower_bound=0)
 _TPU = flags.DEFINE_string('tpu', None, 'Cloud TPU name or address (xla backend on TPU).')
 _JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps; --nojit: TF graphs with XLA '
                          'islands around MoE routing and the losses. Default: the step runner\'s rule for this '
                          'machine (jit on accelerators and CPUs without AVX-512; printed at start-up).')
-_MAX_STEPS = flags.DEFINE_integer('max_steps', None, 'Override the experiment\'s max_steps.')
+_MAX_STEPS = flags.DEFINE_integer('max_steps', None, 'Override the experiment\'s max_steps.', lower_bound=1)
 _MAX_TRAIN_SECONDS = flags.DEFINE_float(
     'max_train_seconds', None, 'Override the experiment\'s wall-clock budget (learner.max_train_seconds): '
-    'the steps that fit are decided inside the warm-up and kept in LOGDIR/budget.json; 0 = none (max_steps).')
+    'the steps that fit are decided inside the warm-up and kept in LOGDIR/budget.json; 0 = none (max_steps).',
+    lower_bound=0.0)
 _OVERRIDES = flags.DEFINE_string(
     'model_params_override', '', 'Params overrides, keys as params.txt prints them: Lingvo\'s '
     '"task.encoder.num_layers : 4; learner.max_steps : 900" or "a.b=1,c=2" (keys outside task/learner/input '
@@ -71,8 +72,6 @@ def _Runner(exp):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  if _MAX_SENTENCES.value < 0:
-    _Fail(f'--max_sentences must be >= 0 (0 = all), got {_MAX_SENTENCES.value}')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _common.QuietLogs()
   if _VIRTUAL.value:
@@ -133,7 +132,7 @@ def _RunEvalOrDecode(exp, log):
 
 def run():
   """The console script's entry point."""
-  app.run(main)
+  _common.Main('trainer', main)
 
 
 if __name__ == '__main__':
