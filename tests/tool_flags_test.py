@@ -105,3 +105,20 @@ def test_the_binary_says_it_in_one_line_and_touches_nothing(tool, tmp_path):
   assert out.returncode == 1 and len(lines) == 1 and lines[0].startswith(f'{tool}: '), out.stderr[-2000:]
   assert 'Traceback' not in out.stderr
   assert os.listdir(tmp_path) == []  # nothing created, not even the log or data directory
+
+
+# The flags each tool requires (required=True), so that the stray argument is what is wrong; none of these
+# paths exists, and none may be created.
+_REQUIRED = {'prepare_data': ['--data_dir={tmp}/data'], 'input_benchmark': ['--data_dir={tmp}/data'],
+             'evaluate': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'], 'learning_curves': ['--runs=a={tmp}/a'],
+             'trainer': ['--model=M4TinyMoE', '--logdir={tmp}/logdir']}
+
+
+@pytest.mark.parametrize('tool', _TOOLS)
+def test_a_stray_argument_is_one_line_too(tool, tmp_path):
+  required = [f.format(tmp=tmp_path) for f in _REQUIRED.get(tool, [])]
+  out = subprocess.run([sys.executable, '-m', f'lingvo_gshard.tools.{tool}', 'stray'] + required,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+  lines = [l for l in out.stderr.splitlines() if l.startswith(f'{tool}: ')]
+  assert out.returncode == 1 and lines == [f'{tool}: unexpected arguments: stray'], out.stderr[-2000:]
+  assert 'Traceback' not in out.stderr and os.listdir(tmp_path) == []

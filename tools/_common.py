@@ -10,7 +10,8 @@ from typing import NoReturn, Sequence, Tuple, Type
 def Main(tool: str, main) -> None:
   """app.run(main), with every flag error — an unknown flag (with the closest), a value of the wrong type,
   outside its bounds or choices, a missing required flag — as one line `tool: message` and exit 1, before
-  main runs: nothing is read, created or written by a command whose flags are wrong."""
+  main runs: nothing is read, created or written by a command whose flags are wrong. A UsageError raised by
+  main (a stray argument, flags that do not go together) is one line too."""
   from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
 
@@ -20,7 +21,13 @@ def Main(tool: str, main) -> None:
     except flags.Error as e:
       Fail(tool, ' '.join(str(e).split()))
 
-  app.run(main, flags_parser=Parse)
+  def Checked(argv):
+    try:
+      return main(argv)
+    except app.UsageError as e:  # absl would print the whole usage text around it
+      Fail(tool, ' '.join(str(e).split()))
+
+  app.run(Checked, flags_parser=Parse)
 
 
 def Fail(tool: str, message: str, code: int = 1) -> NoReturn:
