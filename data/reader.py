@@ -120,7 +120,8 @@ class CorruptRecords:
     if kind is not None and issubclass(kind, tf.errors.DataLossError):
       what = ' '.join(str(value.message if hasattr(value, 'message') else value).split())
       what = what.split('{{function_node')[0].strip() or what.split('}}')[-1].split('[Op:')[0].strip()
-      bad = [line.split(': ')[0] for line in integrity.Verify(self.data_dir, build.ReadManifest(self.data_dir) or {})]
+      manifest = build.ReadManifest(self.data_dir) or {}
+      bad = [line.split(': ')[0] for line in integrity.Verify(self.data_dir, manifest)]
       where = (f' in {", ".join(bad[:3])}{" and more" if len(bad) > 3 else ""}' if bad else
                f'; check every file with python -m lingvo_gshard.tools.prepare_data --verify '
                f'--data_dir={self.data_dir}')

@@ -147,8 +147,8 @@ def _Bytes(n: float) -> str:
 
 def AnalyzeExperiment(name: str, mesh: str = '', seq_len: int = 256, tokens_per_step: int = 0,
                       overrides: str = '') -> Analysis:
-  """Analyze() of the registered experiment `name` (lingvo_gshard.params.LoadAll() first) on `mesh` (default: its own)
-  with the xla backend, which builds no devices: any mesh can be analysed on one machine."""
+  """Analyze() of the registered experiment `name` (lingvo_gshard.params.LoadAll() first) on `mesh` (default:
+  its own) with the xla backend, which builds no devices: any mesh can be analysed on one machine."""
   exp = registry.Get(name)
   task = exp.Task()
   if overrides:

@@ -56,10 +56,7 @@ class TransformerMT(base_layer.BaseLayer):
 
   def __init__(self, params):
     super().__init__(params)
-    p = self.p
-    broken = self.ParamRules(p)
-    if broken:
-      raise ValueError(f'{self.path}: {broken[0][0]} {broken[0][1]}')
+    p = self.p  # its domains and ParamRules were checked by BaseLayer.__init__
     emb = basic.Embedding.Params().Set(embedding_dim=p.model_dim)
     self.CreateChild('tgt_emb', emb.Copy().Set(vocab_size=p.target_vocab_size))
     if not p.shared_embedding:

@@ -60,16 +60,11 @@ def ResolveAuto(root) -> List[str]:
   for key, value in list(root.IterParams()):
     owner_key, _, leaf = key.rpartition('.')
     if leaf == 'fprop_dtype' and isinstance(value, str) and value == AUTO_DTYPE:
-      _SetKey(root, key, ActivationDtype())
+      root.Set(**{key: ActivationDtype()})
       resolved.append(f'{key} : {ActivationDtype().name}')
     elif leaf == 'batch_rows' and value == 0 and owner_key and 'auto_batch_rows' in root.Get(owner_key):
       fast, slow = root.Get(f'{owner_key}.auto_batch_rows')
       rows = fast if HasFastBfloat16() else slow
-      _SetKey(root, key, rows)
+      root.Set(**{key: rows})
       resolved.append(f'{key} : {rows}')
   return resolved
-
-
-def _SetKey(root, dotted: str, value):
-  owner, _, leaf = dotted.rpartition('.')
-  (root.Get(owner) if owner else root).Set(**{leaf: value})
