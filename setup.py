@@ -48,6 +48,8 @@ setuptools.setup(
         'sentencepiece>=0.2,<0.3',
         'tensorboard>=2.20,<2.22',  # summaries; TF 2.21 no longer pulls it in
         'numpy>=1.26,<3',
+        'langcodes>=3.4,<4',  # language codes checked against the IANA registry, with the closest named
+        'language_data>=1.2,<2',  # langcodes' names of languages ('French' -> fr)
     ],
     entry_points={
         'console_scripts': [

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import re
 
+from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import languages
 from lingvo_gshard.data import report as report_lib
 
@@ -35,6 +36,8 @@ class CorpusConfig:
     max_dev: most dev pairs per language; the rest go nowhere.
     max_test: most test pairs per language; the rest go nowhere.
     min_train: languages with fewer training pairs are dropped (reported), so none is near-empty.
+    new_languages: tags the IANA registry lacks that the user declared as languages of their own (kept in
+      the manifest, so a reader of the corpus sees that they were meant).
   """
   num_languages: int = 100
   languages: tuple[str, ...] = ()
@@ -43,6 +46,7 @@ class CorpusConfig:
   max_dev: int = 1000
   max_test: int = 1000
   min_train: int = 1
+  new_languages: tuple[str, ...] = ()
 
   def Validate(self):
     if self.num_languages < 1:
@@ -137,12 +141,9 @@ def Assemble(units, config, report):
 
   if config.languages:
     wanted = []
+    have = sorted(t for t in merged if merged[t])
     for lang in config.languages:
-      tag = languages.LocaleToTag(lang.replace('-', '_')) or lang
-      if tag not in merged or not merged[tag]:
-        have = ', '.join(sorted(t for t in merged if merged[t]))
-        raise report_lib.DataError(f'requested language {lang!r} is not in the sources (have: {have})')
-      wanted.append(tag)
+      wanted += language_codes.CheckIn([lang], have, '--languages', 'the sources read')
     chosen = list(dict.fromkeys(wanted))
   else:
     chosen = sorted(merged, key=lambda t: (-len(merged[t]), t))

@@ -52,8 +52,8 @@ def test_tool_fatal_error_is_one_line_with_exit_status_1(tmp_path):
   assert result.returncode == 1
   assert 'Traceback' not in result.stderr
   assert result.stderr.strip().splitlines()[-1] == (
-      f'prepare_data: error: {tmp_path / "missing"}: locale directory does not exist')
-  assert not os.path.exists(tmp_path / 'data' / 'manifest.json')
+      f'prepare_data: error: --locale_roots={tmp_path / "missing"}: no such directory')
+  assert not os.path.exists(tmp_path / 'data')
 
 
 @pytest.fixture(name='run_main')
@@ -73,20 +73,22 @@ def _RunMain(tmp_path, capsys):
 
 def test_tool_error_messages(run_main, tmp_path):
   status, line = run_main(languages=['de', 'xx'])
-  assert status == 1
-  assert line == "prepare_data: error: requested language 'xx' is not in the sources (have: de, ja, pt-BR)"
+  assert (status, line) == (1, "prepare_data: error: --languages=xx: 'xx' is not a registered language tag; to "
+                               'add a language that has no tag, declare it with --new_languages=xx')
+  status, line = run_main(languages=['de', 'pt'])
+  assert (status, line) == (1, "prepare_data: error: --languages: language 'pt' is not in the sources read; "
+                               'closest: pt-BR (Portuguese (Brazil)) (3 languages)')
   status, line = run_main(tsv=['de:file.tsv'])
   assert (status, line) == (1, "prepare_data: error: --tsv: 'de:file.tsv' is not LANG=PATH with a language "
                                'code such as de or pt_BR')
   status, line = run_main(tsv=[f'de={tmp_path}/none.tsv'])
-  assert (status, line) == (1, f'prepare_data: error: {tmp_path}/none.tsv: cannot read TSV file: '
-                               'No such file or directory')
+  assert (status, line) == (1, f'prepare_data: error: --tsv=de={tmp_path}/none.tsv: no such readable file')
   status, line = run_main(gettext=False)
   assert (status, line) == (1, 'prepare_data: error: no input: --nogettext without --tsv or --tfds')
   status, line = run_main(dev_fraction=0.6, test_fraction=0.5)
   assert (status, line) == (1, 'prepare_data: error: dev_fraction + test_fraction must be < 1 (nothing left '
                                'to train on)')
-  assert not os.path.exists(tmp_path / 'data' / 'manifest.json')
+  assert not os.path.exists(tmp_path / 'data')  # a build that fails leaves no directory behind
 
 
 def test_tool_builds_from_tsv_files(run_main, tmp_path):

@@ -22,6 +22,7 @@ from lingvo_gshard import params as params_lib
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import registry
 from lingvo_gshard.core import sharding
+from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import reader
 from lingvo_gshard.eval import decode_job
 from lingvo_gshard.params import bilingual
@@ -49,9 +50,7 @@ class PairPlan:
 def Plan(manifest: Dict, languages: Sequence[str] = ()) -> List[PairPlan]:
   """Plans of `languages` (default: every corpus language), largest training data first."""
   info = manifest['languages']
-  unknown = [l for l in languages if l not in info]
-  if unknown:
-    raise ValueError(f'not in the corpus: {", ".join(unknown)} (it has {len(info)} languages)')
+  languages = language_codes.CheckIn(languages, list(info), 'languages', 'the corpus')
   langs = sorted(set(languages) or info, key=lambda l: (-info[l]['train'], l))
   plans = []
   for l in langs:

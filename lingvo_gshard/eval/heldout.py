@@ -12,6 +12,7 @@ import dataclasses
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report as report_lib
 
@@ -31,10 +32,8 @@ def FromCorpus(data_dir: str, split: str, languages: Sequence[str] = (), max_sen
                log=print) -> TestSet:
   """The first `max_sentences` (0 = all) pairs of each language's `split` in the built corpus."""
   manifest = reader.LoadManifest(data_dir)
-  langs = list(languages) or list(manifest['languages'])
-  for lang in langs:
-    if lang not in manifest['languages']:
-      raise report_lib.DataError(f'language {lang!r} is not in the corpus at {data_dir}')
+  langs = language_codes.CheckIn(languages, list(manifest['languages']), 'languages',
+                                 f'the corpus at {data_dir}') or list(manifest['languages'])
   out = TestSet(split, {})
   for lang in langs:
     if not manifest['languages'][lang][split]:
@@ -86,9 +85,7 @@ def FromTsvDir(directory: str, known_languages: Sequence[str], max_sentences: in
     if languages and lang not in languages:
       continue
     path = os.path.join(directory, name)
-    if lang not in known:
-      raise report_lib.DataError(f'{path}:1: unknown language {lang!r} (the model knows '
-                                 f'{len(known)}: {", ".join(sorted(known)[:8])}, ...)')
+    language_codes.CheckIn([lang], sorted(known), path, 'the languages the model was trained on')
     pairs = ReadTsv(path)
     if not pairs:
       out.skipped['empty files'] = out.skipped.get('empty files', 0) + 1

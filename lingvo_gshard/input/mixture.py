@@ -10,13 +10,13 @@ down-sampled and low-resource ones up-sampled (seen several times per pass over 
 
 One language is a mixture of one: bilingual input comes out of the same code.
 """
-import difflib
 import math
 import os
 
 import tensorflow as tf
 
 from lingvo_gshard.data import build
+from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import report as report_lib
 
 
@@ -29,13 +29,8 @@ def CheckLanguages(manifest, languages, data_dir):
   have = list(manifest['languages'])
   if not languages:
     return have
-  languages = list(languages)
-  for lang in languages:
-    if lang not in manifest['languages']:
-      close = difflib.get_close_matches(lang, have, n=3, cutoff=0.5)
-      hint = f'; closest: {", ".join(close)}' if close else ''
-      raise report_lib.DataError(f'language {lang!r} is not in {os.path.join(data_dir, build.MANIFEST)} '
-                                 f'({len(have)} languages{hint})')
+  languages = language_codes.CheckIn(languages, have, 'languages',
+                                     os.path.join(data_dir, build.MANIFEST))
   repeated = sorted({lang for lang in languages if languages.count(lang) > 1})
   if repeated:
     raise report_lib.DataError(f'languages lists {", ".join(repeated)} more than once')

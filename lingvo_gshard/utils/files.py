@@ -38,6 +38,22 @@ def WriteJson(path: str, value: Any, sort_keys: bool = True, ensure_ascii: bool 
   WriteText(path, json.dumps(value, indent=1, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + '\n')
 
 
+def CheckWritableDir(path: str, flag: str) -> None:
+  """Raises ValueError (one line naming `flag`) unless `path` is a writable directory or could be made one:
+  its nearest existing ancestor is a writable directory. Checked before a tool creates anything, so a
+  command that cannot write its output fails before it has read or made something. A URL (`gs://`, `ram://`)
+  has no permission bits to ask: its first write reports the problem instead."""
+  if '://' in path:
+    return
+  probe = os.path.abspath(path)
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  if not os.path.isdir(probe):
+    raise ValueError(f'{flag}={path}: {probe} is a file, not a directory')
+  if not os.access(probe, os.W_OK | os.X_OK):
+    raise ValueError(f'{flag}={path}: {probe} is not writable')
+
+
 def ReadJsonl(path: str) -> List[Dict]:
   """The rows of a JSON-lines file ([] if there is none); a line that does not parse (a write cut short by
   a kill) is skipped."""
