@@ -27,3 +27,17 @@ def test_a_spike_shorter_than_patience_and_a_falling_loss_never_fire():
 def test_off_when_factor_is_zero():
   watch = divergence.DivergenceWatch(factor=0.0, patience=1)
   assert not watch.enabled and _Feed(watch, [1.0, 1e9, 1e12]) == [None] * 3
+
+
+def test_a_resumed_watch_measures_against_the_lowest_before_the_restart():
+  before = divergence.DivergenceWatch(factor=3.0, patience=2)
+  _Feed(before, [9.0, 2.0, 3.0])
+  state = before.State()
+  assert state == {'lowest_loss': 2.0, 'lowest_loss_step': 20}
+  resumed, fresh = (divergence.DivergenceWatch(factor=3.0, patience=2) for _ in range(2))
+  resumed.Resume(state)
+  fresh.Resume({})  # a checkpoint that predates the record: start afresh
+  climbed = [7.0, 7.5, 8.0]
+  assert _Feed(resumed, climbed, start=40)[1] == ('training diverged: loss 7.5 at step 50, above 3 x its lowest '
+                                                  '2 (step 20) in 2 log lines in a row since step 40')
+  assert _Feed(fresh, climbed, start=40) == [None] * 3

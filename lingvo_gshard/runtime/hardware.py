@@ -7,7 +7,7 @@ dtype and batch it trained with, whatever machine evaluates it).
 """
 import functools
 import os
-from typing import FrozenSet, List
+from typing import FrozenSet, List, Tuple
 
 import tensorflow as tf
 
@@ -23,6 +23,20 @@ def CpuFlags(path: str = '/proc/cpuinfo') -> FrozenSet[str]:
   except OSError:
     pass
   return frozenset()
+
+
+def MemoryBytes(meminfo: str = '/proc/meminfo') -> Tuple[int, int]:
+  """(physical memory, memory available now) in bytes; available is what the kernel could give a new
+  process without swapping (MemAvailable), the physical size where the kernel does not say."""
+  total = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+  try:
+    with open(meminfo, encoding='ascii', errors='replace') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return total, int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  return total, total
 
 
 def HasFastBfloat16(flags: FrozenSet[str] = None) -> bool:

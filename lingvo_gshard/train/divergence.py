@@ -1,13 +1,14 @@
 """Divergence: a training loss that stays far above its running best while staying finite (so the NaN guard
 never fires), e.g. after a learning rate too high for the model. The trainer feeds it every logged loss."""
-from typing import Optional
+from typing import Dict, Optional
 
 
 class DivergenceWatch:
   """Says a run diverged when `patience` logged losses in a row exceed `factor` x the lowest logged so far.
 
-  The lowest loss is this process's (a resumed run starts a new watch): a divergence is a trend over a few
-  log intervals, which a resume does not hide.
+  The lowest loss is the run's, not the process's: each checkpoint records it (`State`, in the checkpoint
+  log) and a resumed run starts from the restored checkpoint's (`Resume`), so a loss that climbed before a
+  restart is still measured against the lowest it reached.
   """
 
   def __init__(self, factor: float, patience: int):
@@ -16,6 +17,17 @@ class DivergenceWatch:
     self.best_step: Optional[int] = None
     self.first_above: Optional[int] = None  # the first step of the current run of losses above the limit
     self._above = 0
+
+  def State(self) -> Dict[str, float]:
+    """What a checkpoint keeps of the watch: the lowest loss so far and its step ({} before the first)."""
+    if self.best is None:
+      return {}
+    return {'lowest_loss': self.best, 'lowest_loss_step': self.best_step}
+
+  def Resume(self, state: Dict) -> None:
+    """Starts from a checkpoint's `State()` (a checkpoint that predates it has none: start afresh)."""
+    if isinstance(state.get('lowest_loss'), (int, float)) and isinstance(state.get('lowest_loss_step'), int):
+      self.best, self.best_step = float(state['lowest_loss']), state['lowest_loss_step']
 
   @property
   def enabled(self) -> bool:

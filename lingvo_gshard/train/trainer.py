@@ -52,6 +52,11 @@ class Preempted(Exception):
     self.signum, self.path = signum, path
 
 
+# The share of the memory available at start above which an estimated run is said to risk being killed: the
+# estimate leaves out TensorFlow's own buffers, the input pipeline and compiled programs.
+_MEMORY_WARNING = 0.8
+
+
 class Diverged(FloatingPointError):
   """The training loss stayed far above its lowest (learner.divergence_factor) with on_divergence 'stop'."""
 
@@ -264,19 +269,28 @@ class Trainer:
     return self._budget_moves_schedule, eval_seconds
 
   def _CheckMemory(self):
-    """Refuses, before allocating anything, a model whose weights and optimizer state cannot fit a device,
-    or whose MoE groups the mesh cannot split."""
+    """Before allocating anything: refuses a model whose weights and optimizer state cannot fit a device,
+    or whose MoE groups the mesh cannot split; warns when the estimate with activations (models/analysis.py,
+    no rematerialisation assumed) comes near the memory available now, where the kernel may kill the run."""
     from lingvo_gshard.models import analysis  # pylint: disable=g-import-not-at-top
     model = self.task.Instantiate()  # declares weights only
     self._CheckRouting(model)
-    a = analysis.Analyze(type(self.exp).__name__, model, self.partitioner, tokens_per_step=1, seq_len=1,
-                         optimizer=self.learner_p.optimizer)
-    need = a.bytes_per_device * 2 + a.optimizer_bytes_per_device  # weights, their gradients, slots
-    have = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
-    if need > have:
-      raise ValueError(f'{type(self.exp).__name__} needs {need / 2**30:.1f} GiB per device for weights, '
-                       f'gradients and optimizer state on mesh {self.partitioner.mesh}; this machine has '
-                       f'{have / 2**30:.1f} GiB (analyse it with tools/model_analysis instead)')
+    inp = self.inputs['train']
+    length = max(inp.max_source_length, inp.max_target_length)
+    a = analysis.Analyze(type(self.exp).__name__, model, self.partitioner, tokens_per_step=inp.batch_rows * length,
+                         seq_len=length, remat=False, optimizer=self.learner_p.optimizer)
+    state = a.bytes_per_device * 2 + a.optimizer_bytes_per_device  # weights, their gradients, slots
+    total, available = hardware.MemoryBytes()
+    name, gib = type(self.exp).__name__, lambda b: f'{b / 2**30:.1f} GiB'
+    if state > total:
+      raise ValueError(f'{name} needs {gib(state)} per device for weights, gradients and optimizer state on '
+                       f'mesh {self.partitioner.mesh}; this machine has {gib(total)} (analyse it with '
+                       'tools/model_analysis instead)')
+    need = state + a.activation_bytes_per_device
+    if need > _MEMORY_WARNING * available:
+      self.log(f'warning: {name} may run out of memory: about {gib(need)} per device (weights, gradients, '
+               f'optimizer state, activations of {inp.batch_rows} rows) of {gib(available)} available now; '
+               'fewer input.batch_rows would need less')
 
   def _CheckRouting(self, model):
     """Every MoE layer splits a training batch into groups the mesh divides (MoELayer.GroupShape), checked
@@ -436,6 +450,9 @@ class Trainer:
     """Trains from `step` to max_steps: each step is the list of named actions below, in order."""
     lp, run = self.learner_p, _Run(step=step, saved_step=step, budget_start=budget_start)
     self._divergence = divergence.DivergenceWatch(lp.divergence_factor, lp.divergence_patience)
+    if step:
+      rows = files.ReadJsonl(os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG))
+      self._divergence.Resume(([r for r in rows if r.get('step') == step] or [{}])[-1])
     progress = self._progress = _progress.Progress(self._clock, step)
     while run.step < lp.max_steps:
       batch, metrics = self._Step(data, run, progress)
@@ -588,7 +605,7 @@ class Trainer:
       self._resumed_seconds = max([r['train_seconds'] for r in rows if r['step'] < step] or [0.0])
     row = {'step': step, 'checkpoint': os.path.basename(path),
            'train_seconds': round(self._resumed_seconds + seconds, 1),
-           'time': time.strftime('%Y-%m-%dT%H:%M:%S'), 'commit': self._commit}
+           'time': time.strftime('%Y-%m-%dT%H:%M:%S'), 'commit': self._commit, **self._divergence.State()}
     try:
       with open(log_path, 'a') as f:
         f.write(json.dumps(row) + '\n')
