@@ -11,7 +11,8 @@ def Main(tool: str, main) -> None:
   """app.run(main), with every flag error — an unknown flag (with the closest), a value of the wrong type,
   outside its bounds or choices, a missing required flag — as one line `tool: message` and exit 1, before
   main runs: nothing is read, created or written by a command whose flags are wrong. A UsageError raised by
-  main (a stray argument, flags that do not go together) is one line too."""
+  main (a stray argument, flags that do not go together) is one line too, and so is a RegistryError (an
+  experiment that cannot be found or imported)."""
   from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
 
@@ -25,6 +26,13 @@ def Main(tool: str, main) -> None:
     try:
       return main(argv)
     except app.UsageError as e:  # absl would print the whole usage text around it
+      Fail(tool, ' '.join(str(e).split()))
+    except LookupError as e:
+      # An experiment that cannot be found or loaded, wherever the tool looked it up (a broken entry point
+      # surfaces in params.LoadAll()). The registry is imported by then if the error is its own.
+      registry = sys.modules.get('lingvo_gshard.core.registry')
+      if registry is None or not isinstance(e, registry.RegistryError):
+        raise
       Fail(tool, ' '.join(str(e).split()))
 
   app.run(Checked, flags_parser=Parse)
@@ -64,7 +72,9 @@ def UserErrors() -> Tuple[Type[BaseException], ...]:
 
 
 def Experiment(name: str):
-  """The registered experiment `name` (every params module loaded first); RegistryError names the closest."""
+  """The experiment `--model=name` names, every registered one loaded first (the package's and the installed
+  entry points'): a registered name or its suffix, my_pkg.my_module.MyExperiment, or path/to/file.py:Name
+  (core/registry.py resolves all three). A RegistryError says in one line what is missing, with the closest."""
   from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
   from lingvo_gshard import params as params_lib  # pylint: disable=g-import-not-at-top
   params_lib.LoadAll()

@@ -20,7 +20,8 @@ from absl import flags
 
 from lingvo_gshard.tools import _common
 
-_MODEL = flags.DEFINE_string('model', None, 'Registered experiment that was trained in --logdir.')
+_MODEL = flags.DEFINE_string('model', None, 'Experiment that was trained in --logdir, named as the trainer\'s '
+                             '--model was (registered name, dotted path or file.py:Name).')
 _LOGDIR = flags.DEFINE_string('logdir', None, 'The trainer\'s log directory (params.txt, checkpoints).')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus; default: the one the run was trained on.')
 _SPLIT = flags.DEFINE_enum('split', 'test', ['dev', 'test'], 'Corpus split to translate.')

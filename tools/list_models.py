@@ -2,8 +2,10 @@ r"""Prints every registered experiment with a one-line summary.
 
   python -m lingvo_gshard.tools.list_models [--filter=MoE] [--params=M4TinyMoE [--docs]]
 
-With --params, prints that experiment's params (task, learner and inputs) as `a.b.c : value` text instead;
-with --docs too, each under a `# doc [domain]` line: what it means and the values it may take.
+The list holds the package's experiments and those of installed distributions' `lingvo_gshard.experiments`
+entry points. With --params, prints that experiment's params (task, learner and inputs) as `a.b.c : value`
+text instead; with --docs too, each under a `# doc [domain]` line: what it means and the values it may take.
+--params takes every form --model does: a registered name, my_pkg.my_module.MyExperiment or file.py:Name.
 """
 from absl import app
 from absl import flags
@@ -14,7 +16,8 @@ from lingvo_gshard.core import registry
 from lingvo_gshard.tools import _common
 
 _FILTER = flags.DEFINE_string('filter', '', 'Only list experiments whose name contains this text.')
-_PARAMS = flags.DEFINE_string('params', '', 'Print the params of this experiment instead.')
+_PARAMS = flags.DEFINE_string('params', '', 'Print the params of this experiment instead: a registered name, '
+                              'my_pkg.my_module.MyExperiment or path/to/file.py:Name.')
 _DOCS = flags.DEFINE_bool('docs', False, 'With --params: each param with its documentation and domain.')
 
 
@@ -29,9 +32,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if _PARAMS.value:
-    params_lib.LoadAll()
     try:
-      exp = registry.Get(_PARAMS.value)
+      exp = _common.Experiment(_PARAMS.value)
     except registry.RegistryError as e:
       raise app.UsageError(str(e))
     print(experiment.ExperimentParams(exp).ToText(include_docs=_DOCS.value), end='')

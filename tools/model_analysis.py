@@ -19,7 +19,8 @@ from lingvo_gshard.core import registry
 from lingvo_gshard.models import analysis
 from lingvo_gshard.tools import _common
 
-_MODEL = flags.DEFINE_string('model', '', 'Registered experiment name.')
+_MODEL = flags.DEFINE_string('model', '', 'Experiment: a registered name, my_pkg.my_module.MyExperiment or '
+                             'path/to/file.py:Name.')
 _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: the experiment\'s.')
 _FAMILY = flags.DEFINE_bool('family', False, 'Analyse the paper\'s model family (Table 1).')
 _JSON = flags.DEFINE_bool('json', False, 'Print a JSON list of objects instead of a table.')

@@ -31,7 +31,8 @@ from absl import flags
 from lingvo_gshard.tools import _common
 from lingvo_gshard.train import dev_metrics
 
-_MODEL = flags.DEFINE_string('model', None, 'Registered experiment, e.g. M4TinyMoE.')
+_MODEL = flags.DEFINE_string('model', None, 'Experiment: a registered name (M4TinyMoE), a dotted path '
+                             '(my_pkg.my_module.MyExperiment) or path/to/file.py:Name.')
 _MODE = flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'train_and_eval', 'eval', 'decode'],
                           'What to run (see the module docstring).')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', '', '--mode=decode: checkpoint to decode (default: latest).')
