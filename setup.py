@@ -60,6 +60,9 @@ setuptools.setup(
             'gshard_train_baselines = lingvo_gshard.tools.train_baselines:run',
             'gshard_m4_report = lingvo_gshard.tools.m4_report:run',
             'gshard_compare_runs = lingvo_gshard.tools.compare_runs:run',
+            'gshard_translate = lingvo_gshard.tools.translate:run',
+            'gshard_export = lingvo_gshard.tools.export:run',
+            'gshard_average_checkpoints = lingvo_gshard.tools.average_checkpoints:run',
         ],
     },
     extras_require={

@@ -27,6 +27,7 @@ import tensorflow as tf
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.data import reader
+from lingvo_gshard.eval import batching
 from lingvo_gshard.eval import heldout
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.models import decoding
@@ -131,20 +132,14 @@ class Evaluator:
 
     def Decode(src_ids, src_segment_ids, src_positions, max_len):
       start_ids = tf.fill([tf.shape(src_ids)[0]], start)
-      ids, _ = decoding.BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos, max_len,
-                                   beam_size=beam_size, length_alpha=length_alpha,
-                                   no_repeat_ngram=no_repeat_ngram)
-      return ids[:, 0]
+      return decoding.BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos, max_len,
+                                 beam_size=beam_size, length_alpha=length_alpha, no_repeat_ngram=no_repeat_ngram)
 
     self._decode_fn = Decode
 
   def Buckets(self) -> List[int]:
     """Source lengths of the static batch shapes: 8, 16, 32, ... up to max_source_length."""
-    out, b = [], 8
-    while b < self.max_src_len:
-      out.append(b)
-      b *= 2
-    return out + [self.max_src_len]
+    return batching.Buckets(self.max_src_len)
 
   def _Compiled(self, src_len):
     if src_len not in self._compiled:
@@ -154,37 +149,25 @@ class Evaluator:
           autograph=False)
     return self._compiled[src_len]
 
+  def DecodeBatch(self, ids: np.ndarray, segment: np.ndarray, positions: np.ndarray):
+    """One batch of batching.Batch.Arrays -> (ids [rows, K, T], scores [rows, K]) as NumPy, best first."""
+    out, scores = self._Compiled(ids.shape[1])(tf.constant(ids), tf.constant(segment), tf.constant(positions))
+    return out.numpy(), scores.numpy()
+
+  def TranslateNbest(self, sources: Sequence[str], nbest: int = 1,
+                     progress: Optional[Callable[[int, int], None]] = None, decode_batch=None):
+    """-> ([[(hypothesis, score)] * nbest] per source, best first; [bool] per source: truncated to
+    max_source_length). Scores are beam search's length-normalised log-probabilities. `decode_batch`: what
+    decodes a batch (default DecodeBatch; an exported SavedModel's client passes its own)."""
+    if not 1 <= nbest <= self.beam_size:
+      raise ValueError(f'nbest must be in [1, beam_size {self.beam_size}], got {nbest}')
+    return TranslateNbest(sources, self.src_vocab, self.tgt_vocab, self.max_src_len, self.batch_tokens, nbest,
+                          decode_batch or self.DecodeBatch, progress)
+
   def Translate(self, sources: Sequence[str], progress: Optional[Callable[[int, int], None]] = None):
     """-> (hypotheses, [bool] per source: truncated to max_source_length)."""
-    encoded = [list(self.src_vocab.Encode(s)) for s in sources]
-    truncated = [len(e) + 1 > self.max_src_len for e in encoded]
-    encoded = [e[:self.max_src_len - 1] + [tokenizer.EOS_ID] for e in encoded]
-    buckets = self.Buckets()
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    out = [''] * len(encoded)
-    done = 0
-    i = 0
-    while i < len(order):
-      length = next(b for b in buckets if b >= len(encoded[order[i]]))
-      rows = max(1, self.batch_tokens // length)
-      chunk = []
-      while i < len(order) and len(chunk) < rows and len(encoded[order[i]]) <= length:
-        chunk.append(order[i])
-        i += 1
-      ids = np.zeros((rows, length), np.int32)
-      # Rows past the chunk stay empty: beam search takes a row without source as absent (it neither keeps
-      # the loop running nor claims MoE capacity, as copies of a real sentence would).
-      for r, j in enumerate(chunk):
-        ids[r, :len(encoded[j])] = encoded[j]
-      segment = (ids != 0).astype(np.int32)
-      positions = np.where(segment, np.arange(length, dtype=np.int32)[None], 0).astype(np.int32)
-      hyp = self._Compiled(length)(tf.constant(ids), tf.constant(segment), tf.constant(positions)).numpy()
-      for r, j in enumerate(chunk):
-        out[j] = self.tgt_vocab.Decode(hyp[r])  # up to eos, tags dropped
-      done += len(chunk)
-      if progress:
-        progress(done, len(order))
-    return out, truncated
+    nbest, truncated = self.TranslateNbest(sources, 1, progress)
+    return [n[0][0] for n in nbest], truncated
 
   def ResultDir(self, test_set_name: str) -> str:
     return os.path.join(self.logdir, f'decode_{test_set_name}', os.path.basename(self.checkpoint))
@@ -276,6 +259,24 @@ class Evaluator:
       for ext, lines in (('src', [s for s, _ in pairs]), ('ref', [t for _, t in pairs]), ('hyp', hyps[begin:end])):
         files.WriteText(os.path.join(out_dir, f'{lang}.{ext}'), ''.join(line.replace('\n', ' ') + '\n'
                                                                          for line in lines))
+
+
+def TranslateNbest(sources: Sequence[str], src_vocab, tgt_vocab, max_src_len: int, batch_tokens: int,
+                   nbest: int, decode_batch, progress=None):
+  """Encodes `sources`, decodes them in batching.Batches with `decode_batch` ((ids, segment, positions) ->
+  (ids [rows, K, T], scores [rows, K])), and decodes the `nbest` best of each: see Evaluator.TranslateNbest."""
+  pieces = [batching.SourceIds(src_vocab.Encode(s), max_src_len) for s in sources]
+  encoded, truncated = [p for p, _ in pieces], [t for _, t in pieces]
+  out = [[] for _ in encoded]
+  done = 0
+  for batch in batching.Batches([len(e) for e in encoded], max_src_len, batch_tokens):
+    ids, scores = decode_batch(*batch.Arrays(encoded))
+    for r, j in enumerate(batch.indices):
+      out[j] = [(tgt_vocab.Decode(ids[r, k]), float(scores[r, k])) for k in range(nbest)]  # up to eos, no tags
+    done += len(batch.indices)
+    if progress:
+      progress(done, len(encoded))
+  return out, truncated
 
 
 def _Spans(test_set: heldout.TestSet) -> Dict[str, Tuple[int, int]]:

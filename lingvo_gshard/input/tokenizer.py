@@ -62,7 +62,12 @@ class Vocabulary:
     if (self._sp.pad_id(), self._sp.eos_id()) != (PAD_ID, EOS_ID):
       raise report_lib.DataError(f'{path}: pad/eos ids are {self._sp.pad_id()}/{self._sp.eos_id()}, this '
                                  f'pipeline needs {PAD_ID}/{EOS_ID} (train it with TrainModel)')
-    self._tf = tf_text.SentencepieceTokenizer(model=model_bytes, out_type=tf.int32)
+    # Named by the model's digest: the SentencePiece op's resource is shared by node name when a SavedModel is
+    # loaded, so two models under one default name would both read the first (a source model detokenizing
+    # target ids).
+    self._tf = tf_text.SentencepieceTokenizer(
+        model=model_bytes, out_type=tf.int32,
+        name=f'sentencepiece_{hashlib.sha256(model_bytes).hexdigest()[:16]}')
     # Ids below this are pad, eos, unk and the language tags: never part of a decoded sentence.
     pieces = sp_model_pb2.ModelProto.FromString(model_bytes).pieces
     self.num_reserved = 3
@@ -77,6 +82,11 @@ class Vocabulary:
         return cls(f.read(), path)
     except OSError as e:
       raise report_lib.DataError(f'{path}: cannot read the SentencePiece model: {e.strerror or e}') from None
+
+  @property
+  def tf_tokenizer(self):
+    """The TensorFlow Text tokenizer of this model (a tf.Module: a SavedModel that holds it keeps the model)."""
+    return self._tf
 
   @property
   def size(self):
