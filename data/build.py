@@ -36,7 +36,10 @@ _LOCK = '.gettext_m4.lock'
 
 
 def _Fingerprint(config, report):
-  blob = json.dumps({'pipeline': PIPELINE_VERSION, 'config': dataclasses.asdict(config),
+  settings = dataclasses.asdict(config)
+  if not settings['new_languages']:  # builds that declare none keep the fingerprint they always had
+    del settings['new_languages']
+  blob = json.dumps({'pipeline': PIPELINE_VERSION, 'config': settings,
                      'inputs': sorted((s.origin, s.tag, s.sha256, s.pairs) for s in report.sources)},
                     sort_keys=True)
   return hashlib.sha256(blob.encode('utf-8')).hexdigest()
@@ -120,6 +123,7 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
   from lingvo_gshard.data import gettext_m4  # pylint: disable=g-import-not-at-top
   start = time.time()
   lock = files.ProcessLock(os.path.join(data_dir, _LOCK))
+  created = not os.path.isdir(data_dir)
   try:
     os.makedirs(data_dir, exist_ok=True)
     lock.Acquire()
@@ -171,5 +175,18 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
       # Also on failure: a half-written staging directory is of no use to anyone.
       shutil.rmtree(staging, ignore_errors=True)
     return json.loads(json.dumps(manifest)), True  # As a reader sees it (lists, not tuples).
+  except BaseException:
+    lock.Release()
+    if created:  # a build that fails leaves no data directory it made behind (rmdir: only if empty)
+      _RemoveEmpty(data_dir, lock.path)
+    raise
   finally:
     lock.Release()
+
+
+def _RemoveEmpty(data_dir, lock_path):
+  try:
+    os.remove(lock_path)
+    os.rmdir(data_dir)
+  except OSError:
+    pass

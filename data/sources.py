@@ -12,6 +12,7 @@ import re
 
 from lingvo_gshard.data import cleaning
 from lingvo_gshard.data import debian
+from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import languages
 from lingvo_gshard.data import mo_reader
 from lingvo_gshard.data import report as report_lib
@@ -100,6 +101,9 @@ class GettextSource:
       if tag is None:
         report.SkipFile(origin, f'{locale!r} is not a language locale', 'not_a_language_catalog')
         continue
+      if not language_codes.Registered(tag):
+        report.SkipFile(origin, f'{tag!r} is not a registered language tag', 'unknown_language')
+        continue
       if languages.IsEnglish(tag):
         report.skips['english_catalog'] += 1
         continue
@@ -117,21 +121,21 @@ class GettextSource:
       yield Unit(tag, origin, pairs)
 
 
-def ParseLanguageFiles(specs, what):
+def ParseLanguageFiles(specs, what, new_languages=()):
   """Parses `tag=path` specifications (e.g. from a flag) into (tag, path) pairs.
 
   Args:
     specs: iterable of strings 'de=/data/de-en.tsv' (the tag may also be a locale such as 'pt_BR').
     what: the name of the option, for error messages.
+    new_languages: tags the IANA registry lacks that the user declared (language_codes.CheckNew).
   """
   out = []
   for spec in specs:
     lang, sep, path = spec.partition('=')
-    tag = languages.LocaleToTag(lang.strip()) if sep else None
-    if not tag or not path.strip():
+    if not sep or not lang.strip() or not path.strip():
       raise report_lib.DataError(
           f'{what}: {spec!r} is not LANG=PATH with a language code such as de or pt_BR')
-    out.append((tag, path.strip()))
+    out.append((language_codes.CheckNew(lang.strip(), f'{what}={spec}', new_languages), path.strip()))
   return out
 
 
@@ -252,7 +256,7 @@ class TfdsSource:
         if self.languages_wanted and lang not in self.languages_wanted:
           continue
         tag = languages.LocaleToTag(lang.replace('-', '_')) if _TFDS_LANG_RE.match(lang) else None
-        if tag is None or languages.IsEnglish(tag):
+        if tag is None or languages.IsEnglish(tag) or not language_codes.Registered(tag):
           report.skips['tfds_unknown_language'] += 1
           continue
         by_tag.setdefault(tag, []).extend(cleaner.Pairs(source, target))

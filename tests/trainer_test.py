@@ -164,12 +164,21 @@ def test_trainer_tool_errors_are_one_line(tmp_path):
                         (['--model=MoE2048E36L'], 'MoE2048E36L needs 4'),
                         (['--model=M4TinyMoEDemo', '--max_train_seconds=-5'],
                          'flag --max_train_seconds=-5: -5.0 is not a non-negative number'),
+                        # Decided by the flags alone, before TensorFlow sets its devices up:
+                        (['--model=M4TinyMoE', '--backend=dtensor', '--mesh=data:4,expert:2',
+                          '--virtual_devices=4'], '--mesh=data:4,expert:2 needs 8 devices; --virtual_devices=4 '
+                                                  'makes 4'),
+                        (['--model=M4TinyMoE', '--mesh=data:2'],
+                         '--mesh=data:2 has 2 devices; --backend=none runs on one'),
+                        (['--model=M4TinyMoE', '--backend=xla', '--tpu=local', '--virtual_devices=8'],
+                         '--virtual_devices splits this machine\'s CPU; a TPU or multi-client job'),
                         ]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', f'--logdir={tmp_path}/x',
                           '--data_dir=/nonexistent'] + args, capture_output=True, text=True, timeout=300)
     err = [l for l in out.stderr.splitlines() if l.startswith('trainer:')]
     assert out.returncode == 1, out.stderr[-2000:]
     assert len(err) == 1 and message in err[0], out.stderr[-2000:]
+    assert not os.path.exists(tmp_path / 'x')
 
 
 def _Events(directory):

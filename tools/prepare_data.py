@@ -12,6 +12,7 @@ Default: every gettext catalog under /usr/share/locale, the 100 largest language
 Prints a per-language summary and the skip report; bad input exits 1 with one line naming the problem.
 """
 import contextlib
+import os
 import sys
 
 from absl import app
@@ -22,9 +23,11 @@ from lingvo_gshard.data import cleaning
 from lingvo_gshard.data import corpus
 from lingvo_gshard.data import debian
 from lingvo_gshard.data import integrity
+from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import report
 from lingvo_gshard.data import sources
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data directory to build into.', required=True)
 _GETTEXT = flags.DEFINE_bool('gettext', True, 'Read gettext catalogs under --locale_roots.')
@@ -44,6 +47,9 @@ _TFDS_SPLIT = flags.DEFINE_string('tfds_split', 'train', 'Split of the --tfds da
 _TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'data_dir for the --tfds datasets.')
 _NUM_LANGUAGES = flags.DEFINE_integer('num_languages', 100, 'Keep the N largest languages.', lower_bound=1)
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Keep exactly these languages (tags or locales).')
+_NEW_LANGUAGES = flags.DEFINE_list(
+    'new_languages', [], 'Language tags the IANA registry lacks that --tsv or --languages name on purpose '
+    '(a language of your own); recorded in the manifest. Any other unregistered code is refused.')
 _DEV_FRACTION = flags.DEFINE_float('dev_fraction', 0.03, 'Fraction of English sentences held out as dev.',
                                    lower_bound=0.0, upper_bound=0.5)
 _TEST_FRACTION = flags.DEFINE_float('test_fraction', 0.03, 'Fraction of English sentences held out as test.',
@@ -71,7 +77,7 @@ def _Sources():
       debs += debian.FetchDebs(packages, _DEB_CACHE.value)
     srcs.append(sources.GettextSource(_LOCALE_ROOTS.value, debs, max_chars=_MAX_CHARS.value))
   if _TSV.value:
-    files = sources.ParseLanguageFiles(_TSV.value, '--tsv')
+    files = sources.ParseLanguageFiles(_TSV.value, '--tsv', _NEW_LANGUAGES.value)
     srcs.append(sources.TsvSource(files, max_chars=_MAX_CHARS.value))
   for name in _TFDS.value:
     srcs.append(sources.TfdsSource(name, _TFDS_SPLIT.value, _TFDS_DATA_DIR.value, max_chars=_MAX_CHARS.value))
@@ -126,20 +132,37 @@ def _Verify(data_dir):
   return 1 if problems else 0
 
 
+def _CheckedConfig():
+  """The corpus settings, with every language code, input path and the data directory checked before the
+  build reads or creates anything (raises report.DataError naming the flag)."""
+  new = tuple(language_codes.CheckDeclared(_NEW_LANGUAGES.value))
+  wanted = tuple(language_codes.CheckNew(code, f'--languages={code}', new) for code in _LANGUAGES.value)
+  for tag, path in sources.ParseLanguageFiles(_TSV.value, '--tsv', new):
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+      raise report.DataError(f'--tsv={tag}={path}: no such readable file')
+  for root in _LOCALE_ROOTS.value if _GETTEXT.value else ():
+    if not os.path.isdir(root):
+      raise report.DataError(f'--locale_roots={root}: no such directory')
+  files.CheckWritableDir(_DATA_DIR.value, '--data_dir')
+  config = corpus.CorpusConfig(
+      num_languages=_NUM_LANGUAGES.value, languages=wanted, dev_fraction=_DEV_FRACTION.value,
+      test_fraction=_TEST_FRACTION.value, max_dev=_MAX_DEV.value, max_test=_MAX_TEST.value,
+      min_train=_MIN_TRAIN.value, new_languages=new)
+  config.Validate()
+  return config
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   if _VERIFY.value:
     return _Verify(_DATA_DIR.value)
-  config = corpus.CorpusConfig(
-      num_languages=_NUM_LANGUAGES.value, languages=tuple(_LANGUAGES.value),
-      dev_fraction=_DEV_FRACTION.value, test_fraction=_TEST_FRACTION.value, max_dev=_MAX_DEV.value,
-      max_test=_MAX_TEST.value, min_train=_MIN_TRAIN.value)
   try:
+    config = _CheckedConfig()
     # TFDS prints its own progress on stdout; stdout is kept for the summary.
     with contextlib.redirect_stdout(sys.stderr):
       manifest, built = build.Build(_DATA_DIR.value, _Sources(), config, force=_FORCE.value, log=_Log)
-  except report.DataError as e:
+  except (report.DataError, ValueError) as e:
     print(f'prepare_data: error: {e}', file=sys.stderr)
     return 1
   print(Summary(manifest))

@@ -44,7 +44,8 @@ _LOGDIR = flags.DEFINE_string('logdir', None, 'Where params, summaries and check
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'Built corpus (prepare_data); default: the experiment\'s.')
 _BACKEND = flags.DEFINE_enum('backend', 'none', ['none', 'dtensor', 'xla'], 'Sharding backend.')
 _MESH = flags.DEFINE_string('mesh', '', 'Mesh such as data:2,expert:4; default: the experiment\'s.')
-_VIRTUAL = flags.DEFINE_integer('virtual_devices', 0, 'Split the CPU into this many logical devices.', lower_bound=0)
+_VIRTUAL = flags.DEFINE_integer('virtual_devices', 0, 'Split the CPU into this many logical devices.', lower_bound=0,
+                                upper_bound=1024)
 _TPU = flags.DEFINE_string('tpu', None, 'Cloud TPU name or address (xla backend on TPU).')
 _JIT = flags.DEFINE_bool('jit', None, 'none backend: XLA-compile whole steps; --nojit: TF graphs with XLA '
                          'islands around MoE routing and the losses. Default: the step runner\'s rule for this '
@@ -70,9 +71,28 @@ def _Runner(exp):
   return step_runner.StepRunner(exp.Partitioner(_BACKEND.value, _MESH.value or None), jit=_JIT.value)
 
 
+def _CheckDevices():
+  """The mesh against the devices the flags ask for, before TensorFlow sets its devices up (once a process):
+  what the flags alone decide fails here in one line; how many GPUs a machine has is asked of TensorFlow."""
+  from lingvo_gshard.core import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  if _VIRTUAL.value and (_TPU.value is not None or os.environ.get('DTENSOR_JOBS')):
+    _Fail('--virtual_devices splits this machine\'s CPU; a TPU or multi-client job takes the devices it has')
+  if not _MESH.value:
+    return
+  try:
+    size = mesh_lib.MeshSpec.Parse(_MESH.value).size
+  except mesh_lib.MeshError as e:
+    _Fail(f'--mesh={_MESH.value}: {e}')
+  if _BACKEND.value == 'none' and size > 1:
+    _Fail(f'--mesh={_MESH.value} has {size} devices; --backend=none runs on one (use --backend=dtensor or xla)')
+  if _VIRTUAL.value and size > _VIRTUAL.value:
+    _Fail(f'--mesh={_MESH.value} needs {size} devices; --virtual_devices={_VIRTUAL.value} makes {_VIRTUAL.value}')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  _CheckDevices()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _common.QuietLogs()
   if _VIRTUAL.value:

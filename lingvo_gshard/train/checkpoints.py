@@ -67,7 +67,11 @@ class Unreadable(CheckpointMismatchError):
 
 
 def Brief(e: Exception) -> str:
-  return f'{type(e).__name__}: {(str(e).splitlines() or [""])[0][:200]}'
+  """One short line of an error: TF's op errors lose their `{{function_node ...}}` prefix and `[Op:...]`
+  suffix, which name the kernel, not the problem."""
+  text = (str(e).splitlines() or [''])[0]
+  text = re.sub(r'\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]$', '', text)
+  return f'{type(e).__name__}: {text[:200]}'
 
 
 class Permuted(trackable_base.Trackable):
