@@ -9,6 +9,7 @@ pip-installed one.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -268,16 +269,17 @@ class MyExperiment(m4_tiny.M4TinyBase):
 '''
 
 
-def test_a_user_file_trains_and_decodes_through_the_binaries(tmp_path):
+def test_a_user_file_trains_decodes_exports_and_translates_through_the_console_scripts(tmp_path):
   data_dir = input_helpers.BuildCorpus(str(tmp_path / 'corpus'), sizes={'de': 200, 'ja': 60})
   _Write(tmp_path, {'user/my_exp.py': _USER_EXPERIMENT})
   logdir = str(tmp_path / 'run')
 
-  def Run(tool, *args):
-    # From the user's folder, outside the repository, naming the experiment by its file.
-    out = subprocess.run([sys.executable, '-m', f'lingvo_gshard.tools.{tool}', '--model=my_exp.py:MyExperiment',
-                          f'--logdir={logdir}', *args], cwd=tmp_path / 'user', capture_output=True, text=True,
-                         timeout=300)
+  def Run(tool, *args, run=True):
+    # From the user's folder, outside the repository, naming the experiment by its file; the console scripts
+    # setup.py installs (gshard_trainer, ...).
+    run_args = ['--model=my_exp.py:MyExperiment', f'--logdir={logdir}'] if run else []
+    out = subprocess.run([shutil.which(f'gshard_{tool}'), *run_args, *args], cwd=tmp_path / 'user',
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -291,3 +293,9 @@ def test_a_user_file_trains_and_decodes_through_the_binaries(tmp_path):
   with open(os.path.join(logdir, 'decode_test', 'ckpt-4', 'results.json')) as f:
     results = json.load(f)
   assert results['experiment'] == 'MyExperiment' and 'de' in results['languages'], results
+  source = 'Datei öffnen'
+  (tmp_path / 'user' / 'in.txt').write_text(source + '\n', encoding='utf-8')
+  Run('export', f'--export_dir={tmp_path / "export"}')
+  direct = Run('translate', '--input=in.txt')
+  exported = Run('translate', f'--saved_model={tmp_path / "export"}', '--input=in.txt', run=False)
+  assert len(direct.splitlines()) == 1 and exported == direct
