@@ -78,10 +78,14 @@ def _ParseHeaders(text):
 
 
 def _LookupCodec(name):
+  """Python's name of a text codec that decodes any bytes, or None: a header may name a binary transform
+  (base64, zlib), a codec that refuses arbitrary input (idna, punycode) or Python's 'undefined'."""
   try:
-    return codecs.lookup(name).name
-  except LookupError:
+    codec = codecs.lookup(name).name
+    bytes(range(256)).decode(codec, errors='replace')
+  except (LookupError, UnicodeError):
     return None
+  return codec
 
 
 def _ChooseCharset(header_bytes, raw_strings):
@@ -116,7 +120,7 @@ def _IsUtf8(raw):
   try:
     raw.decode('utf-8')
     return True
-  except UnicodeDecodeError:
+  except UnicodeError:
     return False
 
 
@@ -184,7 +188,7 @@ def ParseMo(data, path='<bytes>'):
     try:
       orig_text = orig.decode(charset)
       trans_text = trans.decode(charset)
-    except UnicodeDecodeError:
+    except UnicodeError:
       undecodable += 1
       continue
     if orig_text == '':
