@@ -45,13 +45,104 @@ def _Fingerprint(config, report):
   return hashlib.sha256(blob.encode('utf-8')).hexdigest()
 
 
+def _Count(value):
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _Number(value):
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _Text(value):
+  return isinstance(value, str)
+
+
+def _Range(value):
+  return isinstance(value, list) and len(value) == 2 and all(map(_Count, value)) and value[0] <= value[1]
+
+
+class _Each:
+  """A JSON object whose keys are data (language tags, file paths) and whose values all have `shape`."""
+
+  def __init__(self, shape, at_least=0):
+    self.shape, self.at_least = shape, at_least
+
+
+class _Optional:
+  """A key that older builds lack."""
+
+  def __init__(self, shape):
+    self.shape = shape
+
+
+_SPLIT_COUNTS = {name: _Count for name in corpus_lib.SPLITS}
+# What the readers of a build index (reader.py, the input pipeline, the evaluator, prepare_data's summary):
+# a manifest of another shape is refused where it is read, naming the key, rather than failing later as a
+# KeyError or TypeError downstream. Keys beyond these are allowed.
+_SHAPE = {
+    'name': _Text, 'version': _Text, 'fingerprint': _Text, 'built_at': _Text, 'build_seconds': _Number,
+    'totals': _SPLIT_COUNTS,
+    'languages': _Each(dict(_SPLIT_COUNTS, bucket=_Text, inputs=_Count,
+                            offsets={name: _Range for name in corpus_lib.SPLITS}), at_least=1),
+    'left_out_languages': _Each(_Count), 'skips': _Each(_Count),
+    'skipped_files': [{'path': _Text, 'reason': _Text}], 'notes': [{'path': _Text, 'note': _Text}],
+    'sources': [{}],
+    integrity.FILES: _Optional(_Each({'bytes': _Count, 'sha256': _Text})),
+}
+
+
+def _Where(where, key):
+  # Keys are data (language tags, file paths): quoted when they could break the one-line message.
+  return f'{where}{"." if where else ""}{key if key.replace("-", "_").isidentifier() else json.dumps(key)}'
+
+
+def _ShapeProblem(value, shape, where=''):
+  """'' if `value` has `shape` (a predicate, {key: shape}, _Each or [shape]), else what differs and where."""
+  if isinstance(shape, (dict, _Each)):
+    if not isinstance(value, dict):
+      return f'{where or "the top level"} is not an object'
+    if isinstance(shape, _Each):
+      if len(value) < shape.at_least:
+        return f'{where} is empty'
+      items = [(key, shape.shape) for key in value]
+    else:
+      missing = [key for key, inner in shape.items() if key not in value and not isinstance(inner, _Optional)]
+      if missing:
+        return f'{_Where(where, missing[0])} is missing'
+      items = [(key, inner.shape if isinstance(inner, _Optional) else inner) for key, inner in shape.items()
+               if key in value]
+    problems = (_ShapeProblem(value[key], inner, _Where(where, key)) for key, inner in items)
+  elif isinstance(shape, list):
+    if not isinstance(value, list):
+      return f'{where} is not a list'
+    problems = (_ShapeProblem(item, shape[0], f'{where}[{i}]') for i, item in enumerate(value))
+  else:
+    return '' if shape(value) else f'{where} is {json.dumps(value)[:40]}'
+  return next(filter(None, problems), '')
+
+
 def ReadManifest(data_dir):
-  """The manifest of a finished build in data_dir, or None if there is none (or it is unreadable)."""
+  """The manifest of a finished build in data_dir, or None if there is none.
+
+  Raises:
+    report.DataError: naming the file, if it is there but cannot be read, is not JSON (random bytes, a copy
+      cut short) or is JSON of another shape than a build writes.
+  """
+  path = os.path.join(data_dir, MANIFEST)
+  rebuild = f'rebuild with python -m lingvo_gshard.tools.prepare_data --data_dir={data_dir} --force'
   try:
-    with open(os.path.join(data_dir, MANIFEST), encoding='utf-8') as f:
-      return json.load(f)
-  except (OSError, ValueError):
+    with open(path, 'rb') as f:
+      manifest = json.loads(f.read().decode('utf-8'))
+  except (FileNotFoundError, NotADirectoryError):
     return None
+  except OSError as e:
+    raise report_lib.DataError(f'{path}: cannot read the manifest: {e.strerror or e}') from None
+  except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    raise report_lib.DataError(f'{path}: not a manifest (not UTF-8 JSON: {str(e)[:80]}); {rebuild}') from None
+  problem = _ShapeProblem(manifest, _SHAPE)
+  if problem:
+    raise report_lib.DataError(f'{path}: not a gettext_m4 manifest ({problem}); {rebuild}')
+  return manifest
 
 
 def _Manifest(corpus, report, fingerprint, seconds, source_names):
@@ -146,7 +237,10 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
 
     corpus = corpus_lib.Assemble(_Progress(_AllUnits(), log), config, report)
     fingerprint = _Fingerprint(config, report)
-    old = ReadManifest(data_dir)
+    try:
+      old = ReadManifest(data_dir)
+    except report_lib.DataError:
+      old = None  # a corrupt manifest of an earlier build: this build replaces it
     if (not force and old and old.get('fingerprint') == fingerprint and
         os.path.isdir(os.path.join(data_dir, gettext_m4.NAME, gettext_m4.DATASET_VERSION))):
       log(f'{data_dir}: up to date (same inputs and settings as the build of {old.get("built_at")})')

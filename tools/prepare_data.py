@@ -114,7 +114,11 @@ def Summary(manifest):
 
 
 def _Verify(data_dir):
-  manifest = build.ReadManifest(data_dir)
+  try:
+    manifest = build.ReadManifest(data_dir)
+  except report.DataError as e:
+    print(f'prepare_data: error: {e}', file=sys.stderr)
+    return 1
   if manifest is None:
     print(f'prepare_data: error: {data_dir}: no finished build to verify', file=sys.stderr)
     return 1
