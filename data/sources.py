@@ -182,9 +182,12 @@ class TsvSource:
         if lines:
           shown = ', '.join(map(str, lines[:5])) + (', ...' if len(lines) > 5 else '')
           report.skipped_files.append((path, f'{len(lines)} lines skipped ({why}): line {shown}'))
-      if not pairs:
+      if not pairs:  # the build stops here and its skip counts are never shown: name the first bad line
+        bad = sorted([(n, 'not UTF-8') for n in bad_utf8[:1]] + [(n, 'not 2 columns') for n in bad_columns[:1]])
+        why = (f'; {len(bad_utf8) + len(bad_columns)} lines skipped, the first is line {bad[0][0]}: {bad[0][1]}'
+               if bad else '; every line was empty or dropped by cleaning: identical sides, no text, too long')
         raise report_lib.DataError(f'{path}: no usable pairs in this TSV file (expected source<TAB>target '
-                                   f'lines; see the skip counts)')
+                                   f'lines{why})')
       report.sources.append(report_lib.SourceRecord(path, tag, _Sha256(data), len(pairs)))
       yield Unit(tag, path, pairs)
 
