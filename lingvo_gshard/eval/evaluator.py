@@ -40,8 +40,12 @@ TOP_N = 10  # the "10 largest languages" average
 
 
 def CheckpointPath(logdir: str, checkpoint: str = '') -> str:
-  """The path of `checkpoint` (a path, or a name in `logdir` such as ckpt-400; default: the latest)."""
-  ckpt_path = checkpoint or tf.train.latest_checkpoint(logdir)
+  """The path of `checkpoint` (a path, or a name in `logdir` such as ckpt-400; default: the latest, which the
+  log directory's state file names: checkpoints.StateUnreadable, naming the file, if it does not parse)."""
+  try:
+    ckpt_path = checkpoint or checkpoints.LatestCheckpoint(logdir)
+  except checkpoints.StateUnreadable as e:
+    raise checkpoints.StateUnreadable(f'{e}; name the checkpoint to read instead (--checkpoint=ckpt-N)') from None
   if ckpt_path is None:
     raise FileNotFoundError(f'{logdir}: no checkpoint (train it with python -m lingvo_gshard.tools.trainer)')
   if not os.path.exists(ckpt_path + '.index') and os.path.exists(os.path.join(logdir, ckpt_path + '.index')):

@@ -6,18 +6,24 @@ weight kept transposed for speed (the MoE layer's `wi_layout='ehm'`) is written 
 [E,M,H], with its optimizer slots renamed or transposed to match, so a checkpoint restores whatever the
 layout setting.
 """
+import io
+import json
 import os
 import re
 import shutil
 from typing import Callable, Dict, List, Sequence
 
+from google.protobuf import text_format
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 from tensorflow.python.trackable import base as trackable_base  # pylint: disable=g-direct-tensorflow-import
-from lingvo_gshard.utils import files
 
 CHECKPOINT_LOG = 'checkpoints.jsonl'
+STATE_FILE = 'checkpoint'  # TensorFlow's CheckpointState text proto: the checkpoints of a log directory
 
+
+class StateUnreadable(ValueError):
+  """A log directory's STATE_FILE or CHECKPOINT_LOG cannot be used; the message names the file, in one line."""
 
 
 def Step(path: str) -> int:
@@ -25,21 +31,70 @@ def Step(path: str) -> int:
   return int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
 
 
+def ReadState(logdir: str):
+  """TensorFlow's CheckpointState of `logdir` (None if it has no STATE_FILE); StateUnreadable if the file does
+  not parse. TensorFlow logs and ignores some bad state files (a text-format error) and raises on others (bytes
+  that are not UTF-8, no model_checkpoint_path), so every reader of the file asks here."""
+  path = os.path.join(logdir, STATE_FILE)
+  if not os.path.exists(path):
+    return None
+  try:
+    state = tf.train.get_checkpoint_state(logdir)
+  except (ValueError, tf.errors.OpError, text_format.ParseError) as e:  # UnicodeDecodeError is a ValueError
+    raise StateUnreadable(f'{path}: unreadable checkpoint state ({Brief(e)})') from None
+  if state is None:
+    raise StateUnreadable(f'{path}: unreadable checkpoint state (not a CheckpointState text proto)')
+  return state
+
+
+def _IsNumber(value, kind=(int, float)) -> bool:
+  return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def ReadLog(logdir: str) -> List[Dict]:
+  """The rows of the run's CHECKPOINT_LOG ([] if there is none), each with an int `step`, a `checkpoint` name
+  and a number `train_seconds` (and a `commit`, if recorded). A line that is not JSON (a write cut short by a
+  kill) is skipped, as files.ReadJsonl does (lines split as it splits them); bytes that are not UTF-8, or JSON
+  that is not such a row, are StateUnreadable naming the file and line."""
+  path = os.path.join(logdir, CHECKPOINT_LOG)
+  if not os.path.exists(path):
+    return []
+  remove = 'remove the line (it holds the training time and commit of one checkpoint)'
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+    text = data.decode('utf-8')
+  except OSError as e:
+    raise StateUnreadable(f'{path}: cannot read ({e.strerror or e})') from None
+  except UnicodeDecodeError as e:
+    line = len(re.split(rb'\r\n|\r|\n', data[:e.start]))
+    raise StateUnreadable(f'{path}:{line}: not UTF-8; {remove}') from None
+  rows = []
+  for number, line in enumerate(io.StringIO(text, newline=None), 1):
+    try:
+      row = json.loads(line)
+    except ValueError:
+      continue
+    except RecursionError:
+      row = None
+    if not (isinstance(row, dict) and _IsNumber(row.get('step'), int) and isinstance(row.get('checkpoint'), str)
+            and _IsNumber(row.get('train_seconds')) and isinstance(row.get('commit', ''), str)):
+      raise StateUnreadable(f'{path}:{number}: not a checkpoint record {{"step", "checkpoint", "train_seconds"}}; '
+                            f'{remove}')
+    rows.append(row)
+  return rows
+
 
 def TrainSeconds(logdir: str) -> Dict[str, float]:
   """{checkpoint name: training wall-clock seconds up to it} from the run's CHECKPOINT_LOG (the trainer
   appends {step, checkpoint, train_seconds, time, commit} at every save; seconds add up across resumed runs)."""
-  return {r['checkpoint']: r['train_seconds'] for r in files.ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG))}
+  return {r['checkpoint']: r['train_seconds'] for r in ReadLog(logdir)}
 
 
 def TrainCommits(logdir: str) -> Dict[str, str]:
   """{checkpoint name: commit of the code that trained up to it} from the run's CHECKPOINT_LOG; a checkpoint
   saved before the trainer recorded it is absent."""
-  return {r['checkpoint']: r['commit'] for r in files.ReadJsonl(os.path.join(logdir, CHECKPOINT_LOG)) if 'commit' in r}
-
-
-
-
+  return {r['checkpoint']: r['commit'] for r in ReadLog(logdir) if 'commit' in r}
 
 
 class WriteFailed(OSError):
@@ -149,7 +204,9 @@ def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print, repair
   The files themselves are the ground truth: a state file that is garbage (or lists fewer than exist) must not
   make a rerun start again from step 0 and orphan the real checkpoints. An unreadable state file is moved
   aside (`checkpoint.unreadable`) and rewritten from the files, so the checkpoint manager keeps them (by
-  one process only: `repair=False` for the others of a multi-client run).
+  one process only: `repair=False` for the others of a multi-client run). With no checkpoint files to
+  rewrite it from, an unreadable state file is StateUnreadable, and so is a CHECKPOINT_LOG the trainer could
+  not read at its first save: refused here, before the trainer writes anything in the log directory.
   """
   if not os.path.isdir(logdir):
     return []
@@ -158,13 +215,15 @@ def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print, repair
     m = re.fullmatch(r'ckpt-(\d+)\.index', name)
     if m:
       found[int(m.group(1))] = os.path.join(logdir, name[:-len('.index')])
-  state_path = os.path.join(logdir, 'checkpoint')
-  if os.path.exists(state_path):
-    try:
-      state = tf.train.get_checkpoint_state(logdir)  # None when it does not parse (TF logs a warning)
-    except Exception:  # pylint: disable=broad-except  (text_format's ParseError, by TF version)
-      state = None
-    if state is None and found and repair:
+  ReadLog(logdir)
+  try:
+    ReadState(logdir)
+  except StateUnreadable as e:
+    if not found:
+      raise StateUnreadable(f'{e}; no ckpt-N files in {logdir} to rewrite it from: move it away to start '
+                            'from step 0') from None
+    if repair:
+      state_path = os.path.join(logdir, STATE_FILE)
       log(f'{state_path}: unreadable checkpoint state; using the {len(found)} checkpoint files found (the '
           'old state file is kept as checkpoint.unreadable)')
       os.replace(state_path, state_path + '.unreadable')
@@ -172,3 +231,10 @@ def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print, repair
       tf.compat.v1.train.update_checkpoint_state(logdir, paths[-1], paths)
   return [found[k] for k in sorted(found, reverse=True)]
 
+
+def LatestCheckpoint(logdir: str):
+  """The path of the latest checkpoint the state file of `logdir` names (None if it has no state file, or the
+  checkpoint it names is gone); StateUnreadable if the state file does not parse."""
+  state = ReadState(logdir)
+  path = state.model_checkpoint_path if state else ''
+  return path if path and os.path.exists(path + '.index') else None
