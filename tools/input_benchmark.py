@@ -21,7 +21,6 @@ from absl import flags
 from absl import logging
 
 from lingvo_gshard.bench import input_speed
-from lingvo_gshard.data import report
 from lingvo_gshard.input import mixture
 from lingvo_gshard.input import pipeline
 from lingvo_gshard.tools import _common
@@ -73,7 +72,7 @@ def main(argv):
                                 inp.p.temperature)
     figures = input_speed.Throughput(inp, _WARMUP.value, _BATCHES.value)
     dist = input_speed.Distribution(inp, _DRAWS.value) if _DRAWS.value else None
-  except report.DataError as e:
+  except _common.UserErrors() as e:  # a corpus that does not read, an unknown language or input param
     print(f'input_benchmark: error: {e}', file=sys.stderr)
     return 1
   src_vocab, tgt_vocab = inp.Vocabularies()

@@ -44,8 +44,12 @@ def main(argv):
     if not os.path.isdir(logdir):
       print(f'learning_curves: {logdir}: no such log directory', file=sys.stderr)
       return 1
-    runs[name] = (curves.Points(logdir, _SET.value, _AVERAGE.value) if _METRIC.value == 'bleu'
-                  else curves.DevLossPoints(logdir, _METRIC.value))
+    try:
+      runs[name] = (curves.Points(logdir, _SET.value, _AVERAGE.value) if _METRIC.value == 'bleu'
+                    else curves.DevLossPoints(logdir, _METRIC.value))
+    except _common.UserErrors() as e:  # a checkpoints.jsonl or results.json that does not read
+      print(f'learning_curves: {e}', file=sys.stderr)
+      return 1
   if _METRIC.value != 'bleu':
     return _DevLoss(runs, _METRIC.value)
   print(f'{"run":<14}{"step":>7}{"minutes":>9}{"BLEU":>7}{"chrF":>7}{"langs":>6}{"sentences":>10}')

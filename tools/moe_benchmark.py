@@ -70,6 +70,10 @@ _JSON = flags.DEFINE_string('json', '', "Write the results as JSON to this path 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  try:
+    sweep_experts = [int(e) for e in _SWEEP_EXPERTS.value]
+  except ValueError:
+    raise app.UsageError(f'--sweep_experts={",".join(_SWEEP_EXPERTS.value)}: expected numbers of experts') from None
   if _PROFILE.value:
     # Read when XLA first compiles, which has not happened yet: the CPU runtime then emits per-op events.
     xla_flags = os.environ.get('XLA_FLAGS', '')
@@ -82,7 +86,7 @@ def main(argv):
   config = moe_ffn.Config(
       groups=_GROUPS.value, group_size=_GROUP_SIZE.value, model_dim=_MODEL_DIM.value,
       hidden_dim=_HIDDEN_DIM.value, num_experts=_NUM_EXPERTS.value, capacity_factor=_CAPACITY_FACTOR.value,
-      dispatch=_DISPATCH.value, modes=_MODES.value, sweep_experts=[int(e) for e in _SWEEP_EXPERTS.value],
+      dispatch=_DISPATCH.value, modes=_MODES.value, sweep_experts=sweep_experts,
       sweep_dispatch=_SWEEP_DISPATCH.value, matmul_dim=_MATMUL_DIM.value, wi_layout=_WI_LAYOUT.value)
   try:
     cases = moe_ffn.BuildCases(config)
