@@ -13,7 +13,6 @@ are cut to it, counted and reported. --format=jsonl writes {"line", "source", "t
 "truncated"} (and "nbest": [{"translation", "score"}, ...] with --nbest > 1); --format=text with --nbest > 1
 writes LINE<TAB>RANK<TAB>SCORE<TAB>TRANSLATION rows. Scores are length-normalised log-probabilities.
 """
-import json
 import os
 import sys
 import time
@@ -112,95 +111,6 @@ def _Translator():
 _FLAGS = flags.FLAGS
 
 
-def _Lines(stream, name):
-  """Yields (line number, text) of a binary stream, decoded as --errors says; bad UTF-8 under 'strict' is a
-  ValueError naming the line."""
-  for number, raw in enumerate(stream, 1):
-    raw = raw.rstrip(b'\n').rstrip(b'\r')
-    try:
-      yield number, raw.decode('utf-8'), False
-    except UnicodeDecodeError as e:
-      if _ERRORS.value == 'strict':
-        raise ValueError(f'{name}:{number}: not UTF-8 (byte {e.start + 1} of the line); --errors=replace '
-                         'translates it with U+FFFD for the bad bytes') from None
-      yield number, raw.decode('utf-8', errors='replace'), True
-
-
-def _Format(number, source, nbest, truncated):
-  best, score = nbest[0] if nbest else ('', 0.0)
-  if _FORMAT.value == 'jsonl':
-    row = {'line': number, 'source': source, 'translation': best, 'score': round(score, 4),
-           'truncated': truncated}
-    if _SOURCE_LANGUAGE.value:
-      row['source_language'] = _SOURCE_LANGUAGE.value
-    if _NBEST.value > 1:
-      row['nbest'] = [{'translation': h, 'score': round(s, 4)} for h, s in nbest]
-    return json.dumps(row, ensure_ascii=False) + '\n'
-  if _NBEST.value > 1:
-    return ''.join(f'{number}\t{rank}\t{s:.4f}\t{h}\n' for rank, (h, s) in enumerate(nbest, 1))
-  return best + '\n'
-
-
-class _Counts:
-  def __init__(self):
-    self.lines = self.empty = self.truncated = self.replaced = 0
-    self.decode_seconds = 0.0
-
-
-def _TranslateBuffer(t, rows, out, counts, progress):
-  """Translates the non-empty lines of `rows` [(number, text, replaced)] together, writes all in order."""
-  todo = [i for i, (_, text, _) in enumerate(rows) if text.strip()]
-  start = time.time()
-  nbest, truncated = t.TranslateNbest([rows[i][1] for i in todo], _NBEST.value, progress) if todo else ([], [])
-  counts.decode_seconds += time.time() - start
-  results = {i: (n, c) for i, n, c in zip(todo, nbest, truncated)}
-  for i, (number, text, replaced) in enumerate(rows):
-    n, cut = results.get(i, ([], False))
-    out.write(_Format(number, text, n, cut))
-    counts.lines += 1
-    counts.empty += i not in results
-    counts.truncated += cut
-    counts.replaced += replaced
-  out.flush()
-
-
-def _Run(t, stream, name, out, interactive):
-  counts, rows, done_before = _Counts(), [], [0]
-  last = [time.time()]
-
-  def Progress(done, total):
-    now = time.time()
-    if not interactive and (now - last[0] >= 5 or done == total) and total > 1:
-      last[0] = now
-      rate = (done_before[0] + done) / max(counts.decode_seconds + now - began[0], 1e-9)
-      _Log(f'  {done_before[0] + done} sentences, {rate:.1f}/s')
-
-  began = [time.time()]
-  buffer = 1 if interactive else _BUFFER.value
-  for row in _Lines(stream, name):
-    rows.append(row)
-    if len(rows) >= buffer:
-      began[0] = time.time()
-      _TranslateBuffer(t, rows, out, counts, Progress)
-      done_before[0] = counts.lines - counts.empty
-      rows = []
-  if rows:
-    began[0] = time.time()
-    _TranslateBuffer(t, rows, out, counts, Progress)
-  return counts
-
-
-def _Summary(counts, startup, name):
-  rate = (counts.lines - counts.empty) / max(counts.decode_seconds, 1e-9)
-  extra = [f'{counts.empty} empty'] if counts.empty else []
-  if counts.truncated:
-    extra.append(f'{counts.truncated} cut to the model\'s longest source')
-  if counts.replaced:
-    extra.append(f'{counts.replaced} with bytes that are not UTF-8 replaced')
-  _Log(f'translated {counts.lines} lines of {name}{" (" + ", ".join(extra) + ")" if extra else ""} in '
-       f'{counts.decode_seconds:.1f}s: {rate:.1f} sentences/s (start-up {startup:.1f}s)')
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -208,6 +118,9 @@ def main(argv):
   began = time.time()
   _common.QuietLogs()
   from lingvo_gshard.serve import export  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.serve import text_io  # pylint: disable=g-import-not-at-top
+  options = text_io.Options(nbest=_NBEST.value, format=_FORMAT.value, errors=_ERRORS.value,
+                            source_language=_SOURCE_LANGUAGE.value, buffer_size=_BUFFER.value)
   stream = sys.stdin.buffer if _INPUT.value == '-' else open(_INPUT.value, 'rb')  # pylint: disable=consider-using-with
   name = '<stdin>' if _INPUT.value == '-' else _INPUT.value
   interactive = _INPUT.value == '-' and sys.stdin.isatty()
@@ -218,12 +131,12 @@ def main(argv):
     if not interactive:
       _Log(f'translating {name} with {t.description}')
     if _OUTPUT.value == '-':
-      counts = _Run(t, stream, name, sys.stdout, interactive)
+      counts = text_io.TranslateStream(t, stream, name, sys.stdout, options, interactive, _Log)
     else:
       # Written beside the output and moved over it at the end: an error leaves an earlier output whole.
       partial = f'{_OUTPUT.value}.partial-{os.getpid()}'
       with open(partial, 'w', encoding='utf-8') as out:
-        counts = _Run(t, stream, name, out, interactive)
+        counts = text_io.TranslateStream(t, stream, name, out, options, interactive, _Log)
       os.replace(partial, _OUTPUT.value)
       partial = None
   except _common.UserErrors() + (export.ExportError,) as e:
@@ -234,7 +147,7 @@ def main(argv):
     if stream is not sys.stdin.buffer:
       stream.close()
   if not interactive:
-    _Summary(counts, startup, name)
+    _Log(counts.Summary(name, startup))
 
 
 def run():
