@@ -81,10 +81,13 @@ def main(argv):
   from lingvo_gshard.serve import translator  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.serve import text_io  # pylint: disable=g-import-not-at-top
   log = lambda line: print(line, flush=True)
+  try:  # a run that cannot be restored is one line, before anything is timed
+    exp = _common.Experiment(_MODEL.value)
+    t, startup = _Timed(lambda: translator.FromRun(exp, _LOGDIR.value, log=lambda line: None))
+  except _common.UserErrors() as e:
+    _common.Fail('serving_benchmark', str(e))
   rate = timing.MatmulRate()
   log(f'reference matmul (2048^3 float32, jit): {rate:.0f} GFLOP/s')
-  exp = _common.Experiment(_MODEL.value)
-  t, startup = _Timed(lambda: translator.FromRun(exp, _LOGDIR.value, log=lambda line: None))
   ev = t.evaluator
   sources = _TestSentences(ev.data_dir, _TRANSLATE_SENTENCES.value)
   _Timed(lambda: ev.Translate(sources))  # compiles every batch shape
