@@ -73,7 +73,8 @@ def _Timed(fn):
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   _common.QuietLogs()
   from lingvo_gshard.bench import timing  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.eval import batching  # pylint: disable=g-import-not-at-top
