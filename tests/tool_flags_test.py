@@ -111,7 +111,9 @@ def test_the_binary_says_it_in_one_line_and_touches_nothing(tool, tmp_path):
 # paths exists, and none may be created.
 _REQUIRED = {'prepare_data': ['--data_dir={tmp}/data'], 'input_benchmark': ['--data_dir={tmp}/data'],
              'evaluate': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'], 'learning_curves': ['--runs=a={tmp}/a'],
-             'trainer': ['--model=M4TinyMoE', '--logdir={tmp}/logdir']}
+             'trainer': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'],
+             'export': ['--model=M4TinyMoE', '--logdir={tmp}/logdir', '--export_dir={tmp}/export'],
+             'serving_benchmark': ['--logdir={tmp}/logdir']}
 
 
 @pytest.mark.parametrize('tool', _TOOLS)
