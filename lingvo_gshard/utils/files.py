@@ -21,11 +21,14 @@ What an object store cannot do, and what happens instead:
   no lock (`held` is False): two trainers on one gs:// log directory are not detected.
 - `ram://` (TensorFlow's in-memory filesystem, which the tests use in place of gs://) says a name exists, and
   is a directory, when it only begins a stored name (`ram://d/checkpoint` when `ram://d/checkpoints.jsonl`
-  is there), so Exists and IsDir also look the name up in its parent's listing there.
+  is there), and lists `.jsonl` among the children of `ram://d/checkpoints`. Here a ram:// listing keeps only
+  names that exist under the directory, and a ram:// directory exists once it is made (MakeDirs, as every
+  writer here does) or holds a file.
 """
 import contextlib
 import errno
 import glob as _glob
+import io
 import json
 import os
 import shutil
@@ -62,26 +65,34 @@ def AbsPath(path: str) -> str:
   return path if IsUrl(path) else os.path.abspath(path)
 
 
-def _Listed(path: str) -> bool:
-  """False for a ram:// name that only begins stored names (see the module docstring); True otherwise."""
-  if not path.startswith('ram://'):
-    return True
+def _IsRam(path: str) -> bool:
+  return path.startswith('ram://')
+
+
+def _RamExists(path: str) -> bool:
+  """Whether ram:// `path` is a file of that name or a directory (see the module docstring), not only the
+  beginning of stored names."""
+  gfile = _Gfile()
+  if not gfile.exists(path):
+    return False
+  if not gfile.isdir(path):
+    return True  # a file of exactly this name
   parent, name = path.rstrip('/').rsplit('/', 1)
-  return parent.endswith(':/') or name in ListDir(parent)
+  return parent.endswith(':/') or name in ListDir(parent) or bool(ListDir(path))
 
 
 def Exists(path: str) -> bool:
   if not IsUrl(path):
     return os.path.exists(path)
   with _OsErrors(path):
-    return _Gfile().exists(path) and _Listed(path)
+    return _RamExists(path) if _IsRam(path) else _Gfile().exists(path)
 
 
 def IsDir(path: str) -> bool:
   if not IsUrl(path):
     return os.path.isdir(path)
   with _OsErrors(path):
-    return _Gfile().isdir(path) and _Listed(path)
+    return _Gfile().isdir(path) and (not _IsRam(path) or _RamExists(path))
 
 
 def IsFile(path: str) -> bool:
@@ -94,8 +105,12 @@ def ListDir(path: str) -> List[str]:
   """Names in directory `path` (FileNotFoundError if there is none); gs:// directories lose their '/'."""
   if not IsUrl(path):
     return os.listdir(path)
+  gfile = _Gfile()
   with _OsErrors(path):
-    return list(dict.fromkeys(name.rstrip('/') for name in _Gfile().listdir(path)))
+    names = list(dict.fromkeys(name.rstrip('/') for name in gfile.listdir(path)))
+    if _IsRam(path):
+      names = [n for n in names if gfile.exists(f'{path.rstrip("/")}/{n}')]
+    return names
 
 
 def Glob(pattern: str) -> List[str]:
@@ -106,12 +121,20 @@ def Glob(pattern: str) -> List[str]:
 
 
 def Walk(top: str) -> Iterator[Tuple[str, List[str], List[str]]]:
-  """os.walk's (directory, subdirectories, files), top-down; a caller may sort the subdirectories in place."""
+  """os.walk's (directory, subdirectories, files), top-down (nothing if `top` is missing); a caller may
+  reorder the subdirectories in place."""
   if not IsUrl(top):
     yield from os.walk(top)
     return
-  with _OsErrors(top):
-    yield from _Gfile().walk(top)
+  try:
+    names = ListDir(top)
+  except FileNotFoundError:
+    return
+  top = top.rstrip('/')
+  dirs = [n for n in names if IsDir(f'{top}/{n}')]
+  yield top, dirs, [n for n in names if n not in dirs]
+  for name in dirs:
+    yield from Walk(f'{top}/{name}')
 
 
 def Size(path: str) -> int:
@@ -143,11 +166,28 @@ def RemoveTree(path: str, ignore_errors: bool = False):
     shutil.rmtree(path, ignore_errors=ignore_errors)
     return
   try:
-    with _OsErrors(path):
-      _Gfile().rmtree(path)
+    if _IsRam(path):
+      _RamRemoveTree(path)
+    else:
+      with _OsErrors(path):
+        _Gfile().rmtree(path)
   except OSError:
     if not ignore_errors:
       raise
+
+
+def _RamRemoveTree(path: str):
+  """tf.io.gfile.rmtree of ram:// trips over its own listing (see the module docstring): the files, then the
+  directories (names of their own there), one by one."""
+  gfile, walked = _Gfile(), list(Walk(path))
+  if not walked:
+    raise FileNotFoundError(errno.ENOENT, 'no such directory', path)
+  for base, _, names in reversed(walked):
+    for name in names:
+      with _OsErrors(f'{base}/{name}'):
+        gfile.remove(f'{base}/{name}')
+    with contextlib.suppress(OSError), _OsErrors(base):
+      gfile.remove(base)  # NotFound: a directory that only held files has no name of its own
 
 
 def Copy(src: str, dst: str):
@@ -166,17 +206,19 @@ def Rename(src: str, dst: str):
   if not IsUrl(src) and not IsUrl(dst):
     os.replace(src, dst)
     return
-  with _OsErrors(src):
-    gfile = _Gfile()
-    if not IsDir(src):
+  gfile = _Gfile()
+  if not IsDir(src):
+    with _OsErrors(src):
       gfile.rename(src, dst, overwrite=True)
-      return
-    for base, _, names in list(gfile.walk(src)):
-      target = dst + base[len(src):]
-      gfile.makedirs(target)
-      for name in names:
-        gfile.rename(f'{base.rstrip("/")}/{name}', f'{target.rstrip("/")}/{name}', overwrite=True)
-    gfile.rmtree(src)
+    return
+  src, dst = src.rstrip('/'), dst.rstrip('/')
+  for base, _, names in list(Walk(src)):
+    target = dst + base[len(src):]
+    MakeDirs(target)
+    for name in names:
+      with _OsErrors(f'{base}/{name}'):
+        gfile.rename(f'{base}/{name}', f'{target}/{name}', overwrite=True)
+  RemoveTree(src)
 
 
 class _UrlFile:
@@ -271,6 +313,16 @@ def WriteText(path: str, text: str):
 def WriteJson(path: str, value: Any, sort_keys: bool = True, ensure_ascii: bool = True):
   """Writes `value` as indented JSON (one trailing newline) to `path` atomically."""
   WriteText(path, json.dumps(value, indent=1, sort_keys=sort_keys, ensure_ascii=ensure_ascii) + '\n')
+
+
+def SaveFigure(fig, path: str, **kwargs):
+  """Saves matplotlib figure `fig` (savefig's `kwargs`) to `path`, in the format its extension names."""
+  if not IsUrl(path):
+    fig.savefig(path, **kwargs)
+    return
+  data = io.BytesIO()
+  fig.savefig(data, format=os.path.splitext(path)[1][1:] or 'png', **kwargs)
+  WriteBytes(path, data.getvalue())
 
 
 def AppendText(path: str, text: str):
