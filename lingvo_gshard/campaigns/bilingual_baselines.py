@@ -67,7 +67,7 @@ def BestCheckpoint(logdir: str) -> Optional[Dict]:
   """The training loop's dev evaluation with the lowest cross-entropy whose checkpoint is still there
   (early stopping keeps it), or None when there is none."""
   rows = [r for r in dev_metrics.ReadDevLog(logdir, 'trainer')
-          if os.path.exists(os.path.join(logdir, r['checkpoint'] + '.index'))]
+          if files.Exists(os.path.join(logdir, r['checkpoint'] + '.index'))]
   return dev_metrics.Best(rows)
 
 
@@ -97,8 +97,7 @@ class BaselineRunner:
     """Whether the pair has a result of this test set (a partial-sample result does not count for a full
     one, nor the other way round)."""
     try:
-      with open(self.ResultPath(plan)) as f:
-        return json.load(f).get('requested_max_sentences') == self.max_sentences
+      return json.loads(files.ReadText(self.ResultPath(plan))).get('requested_max_sentences') == self.max_sentences
     except (OSError, ValueError):
       return False
 

@@ -12,6 +12,7 @@ from lingvo_gshard.core import domains
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.core import mesh as mesh_lib
 from lingvo_gshard.core import sharding
+from lingvo_gshard.utils import files
 
 
 class Experiment:
@@ -192,10 +193,9 @@ def LoadRunParams(exp: Experiment, logdir: str, data_dir: str = '') -> hyperpara
   overrides it was trained with, and any default changed since, are what is restored)."""
   root = ExperimentParams(exp, data_dir)
   path = os.path.join(logdir, PARAMS_FILE)
-  if not os.path.exists(path):
+  if not files.Exists(path):
     return root
-  with open(path) as f:
-    text = f.read()
+  text = files.ReadText(path)
   lines = []
   for line in text.splitlines():
     key = line.partition(' :')[0].strip()

@@ -20,6 +20,7 @@ from lingvo_gshard.runtime import step_runner
 from lingvo_gshard.train import budget
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import dev_metrics
+from lingvo_gshard.utils import files
 
 class DevEvaler:
   """Dev loss of the checkpoints of the run in `logdir` (as it was trained: its params.txt)."""
@@ -27,7 +28,7 @@ class DevEvaler:
   def __init__(self, exp: experiment_lib.Experiment, partitioner: sharding.Partitioner, logdir: str,
                data_dir: str = '', per_language_batches: int = 1, log: Callable[[str], None] = print,
                runner: Optional[step_runner.StepRunner] = None):
-    if not os.path.exists(os.path.join(logdir, experiment_lib.PARAMS_FILE)):
+    if not files.Exists(os.path.join(logdir, experiment_lib.PARAMS_FILE)):
       raise FileNotFoundError(f'{logdir}: no {experiment_lib.PARAMS_FILE} (train it first: --mode=train)')
     self.logdir, self.log, self.per_language_batches = logdir, log, per_language_batches
     self.params = experiment_lib.LoadRunParams(exp, logdir, data_dir)
@@ -55,7 +56,7 @@ class DevEvaler:
     """Restores `path`, returns {metric: value, 'xent/<lang>': ...} and writes them for step N."""
     checkpoints.CheckCheckpoint(path, self.objects)
     tf.train.Checkpoint(**self.objects).restore(path).expect_partial()
-    step = int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
+    step = checkpoints.Step(path)
     out = dev_metrics.DevMetrics(self.learner, self._Batches()) or {}
     for lang in self.languages:
       m = dev_metrics.DevMetrics(self.learner, self._Batches(lang))

@@ -48,9 +48,9 @@ def CheckpointPath(logdir: str, checkpoint: str = '') -> str:
     raise checkpoints.StateUnreadable(f'{e}; name the checkpoint to read instead (--checkpoint=ckpt-N)') from None
   if ckpt_path is None:
     raise FileNotFoundError(f'{logdir}: no checkpoint (train it with python -m lingvo_gshard.tools.trainer)')
-  if not os.path.exists(ckpt_path + '.index') and os.path.exists(os.path.join(logdir, ckpt_path + '.index')):
+  if not files.Exists(ckpt_path + '.index') and files.Exists(os.path.join(logdir, ckpt_path + '.index')):
     ckpt_path = os.path.join(logdir, ckpt_path)  # --checkpoint=ckpt-400 names one in the log directory
-  if not os.path.exists(ckpt_path + '.index'):
+  if not files.Exists(ckpt_path + '.index'):
     raise FileNotFoundError(f'{ckpt_path}: no such checkpoint (no {ckpt_path}.index)')
   return ckpt_path
 
@@ -205,10 +205,9 @@ class Evaluator:
   def _PreviousResults(self, results_path: str) -> Dict:
     """The results already in `results_path` ({} if none), which this evaluation merges into: refused if
     they were decoded with other settings."""
-    if not os.path.exists(results_path):
+    if not files.Exists(results_path):
       return {}
-    with open(results_path) as f:
-      previous = json.load(f)
+    previous = json.loads(files.ReadText(results_path))
     settings = (previous.get('beam_size'), previous.get('length_alpha'), previous.get('no_repeat_ngram', 0))
     if settings != (self.beam_size, self.length_alpha, self.no_repeat_ngram):
       raise ValueError(f'{results_path} holds results of beam {settings[0]}, alpha {settings[1]}, no-repeat '
@@ -257,7 +256,7 @@ class Evaluator:
   def _WriteHypotheses(self, test_set: heldout.TestSet, hyps: List[str]):
     """<lang>.src, .ref and .hyp, a sentence a line, in the result directory (what compare_runs rescores)."""
     out_dir = self.ResultDir(test_set.name)
-    os.makedirs(out_dir, exist_ok=True)
+    files.MakeDirs(out_dir)
     for lang, (begin, end) in _Spans(test_set).items():
       pairs = test_set.pairs[lang]
       for ext, lines in (('src', [s for s, _ in pairs]), ('ref', [t for _, t in pairs]), ('hyp', hyps[begin:end])):
@@ -314,10 +313,10 @@ def _CheckpointStep(path: str) -> int:
 def LatestResultDir(logdir: str, test_set_name: str) -> Optional[str]:
   """decode_<test_set_name>/ckpt-N of the newest checkpoint evaluated on it in `logdir`, or None."""
   base = os.path.join(logdir, f'decode_{test_set_name}')
-  if not os.path.isdir(base):
+  if not files.IsDir(base):
     return None
-  found = [(_CheckpointStep(d), d) for d in os.listdir(base)
-           if os.path.exists(os.path.join(base, d, 'results.json'))]
+  found = [(_CheckpointStep(d), d) for d in files.ListDir(base)
+           if files.Exists(os.path.join(base, d, 'results.json'))]
   return os.path.join(base, max(found)[1]) if found else None
 
 
@@ -326,8 +325,7 @@ def LatestResults(logdir: str, test_set_name: str) -> Optional[Dict]:
   result_dir = LatestResultDir(logdir, test_set_name)
   if result_dir is None:
     return None
-  with open(os.path.join(result_dir, 'results.json')) as f:
-    return json.load(f)
+  return json.loads(files.ReadText(os.path.join(result_dir, 'results.json')))
 
 
 def CompareToBaselines(results: Dict, baselines: Dict[str, Dict], manifest: Dict) -> List[Dict]:

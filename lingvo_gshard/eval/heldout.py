@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report as report_lib
+from lingvo_gshard.utils import files
 
 
 @dataclasses.dataclass
@@ -46,8 +47,7 @@ def FromCorpus(data_dir: str, split: str, languages: Sequence[str] = (), max_sen
 
 def ReadTsv(path: str) -> List[Tuple[str, str]]:
   """(source, reference) pairs of one file; DataError naming file and line on a bad line."""
-  with open(path, 'rb') as f:
-    raw = f.read()
+  raw = files.ReadBytes(path)
   if raw.startswith(b'\xef\xbb\xbf'):
     raw = raw[3:]  # a UTF-8 byte-order mark is not part of the first source
   pairs = []
@@ -73,14 +73,14 @@ def FromTsvDir(directory: str, known_languages: Sequence[str], max_sentences: in
                languages: Optional[Sequence[str]] = None) -> TestSet:
   """Every `<lang>.tsv` in `directory` (or those of `languages`); languages outside `known_languages` are
   an error, since the model has no tag for them."""
-  if not os.path.isdir(directory):
+  if not files.IsDir(directory):
     raise report_lib.DataError(f'--test_dir {directory}: not a directory')
-  files = sorted(f for f in os.listdir(directory) if f.endswith('.tsv'))
-  if not files:
+  names = sorted(f for f in files.ListDir(directory) if f.endswith('.tsv'))
+  if not names:
     raise report_lib.DataError(f'--test_dir {directory}: no <lang>.tsv files')
   known = set(known_languages)
   out = TestSet(f'tsv-{os.path.basename(os.path.normpath(directory))}', {})
-  for name in files:
+  for name in names:
     lang = name[:-len('.tsv')]
     if languages and lang not in languages:
       continue
@@ -92,8 +92,7 @@ def FromTsvDir(directory: str, known_languages: Sequence[str], max_sentences: in
       continue
     out.pairs[lang] = _Take(pairs, max_sentences)
   if languages:
-    missing = [l for l in languages if l not in out.pairs and not os.path.exists(os.path.join(directory,
-                                                                                              f'{l}.tsv'))]
+    missing = [l for l in languages if l not in out.pairs and not files.Exists(os.path.join(directory, f'{l}.tsv'))]
     if missing:
       raise report_lib.DataError(f'--test_dir {directory}: no {missing[0]}.tsv')
   return out

@@ -78,8 +78,7 @@ class Vocabulary:
   @classmethod
   def Load(cls, path):
     try:
-      with open(path, 'rb') as f:
-        return cls(f.read(), path)
+      return cls(files.ReadBytes(path), path)
     except OSError as e:
       raise report_lib.DataError(f'{path}: cannot read the SentencePiece model: {e.strerror or e}') from None
 
@@ -211,9 +210,9 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
 
   Args:
     data_dir: a built data directory (its manifest names the languages and fingerprints the corpus).
-    vocab_dir: where the models live ('' = DATA_DIR/vocab). A model is `spm_<kind>_<size>.model` with a
-      `.json` of the settings it was trained with; a request with other settings is an error, not a silent
-      retrain, since checkpoints depend on the vocabulary.
+    vocab_dir: where the models live ('' = DATA_DIR/vocab; a URL such as gs://... works: utils/files.py). A
+      model is `spm_<kind>_<size>.model` with a `.json` of the settings it was trained with; a request with
+      other settings is an error, not a silent retrain, since checkpoints depend on the vocabulary.
     kind: 'shared' (one model for both sides, trained on sources and targets) or 'separate' (a source model
       on the sources, a target model on the English targets).
     source_size: vocabulary size of the source (or shared) model.
@@ -242,7 +241,7 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
   for side, size in wanted.items():
     path = ModelPath(vocab_dir, side, size)
     settings = _Settings(side, size, languages, temperature, sample_sentences, seed, manifest['fingerprint'])
-    if os.path.exists(path):
+    if files.Exists(path):
       stored = _CheckSettings(path, settings)
       models[side] = Vocabulary.Load(path)
       _CheckDigest(models[side], stored)
@@ -264,7 +263,7 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
     train_seconds = time.time() - start
     log(f'trained {path}: {size} pieces on {len(text)} sentences in {train_seconds:.1f}s '
         f'(sampling took {sample_seconds:.1f}s)')
-    os.makedirs(vocab_dir, exist_ok=True)
+    files.MakeDirs(vocab_dir)
     files.WriteBytes(path + '.json', json.dumps(dict(
         settings, tags=tags, sentences=len(text), train_seconds=round(train_seconds, 2), num_threads=threads,
         sample_seconds=round(sample_seconds, 2), sentencepiece=spm.__version__,
@@ -278,8 +277,7 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
 
 def _CheckSettings(path, settings):
   try:
-    with open(path + '.json', encoding='utf-8') as f:
-      stored = json.load(f)
+    stored = json.loads(files.ReadText(path + '.json'))
   except (OSError, ValueError):
     raise report_lib.DataError(f'{path}.json: missing or unreadable; cannot tell how {path} was trained '
                                f'(delete the model to retrain it)') from None

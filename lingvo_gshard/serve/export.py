@@ -29,6 +29,7 @@ from lingvo_gshard.eval import batching
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.models import decoding
 from lingvo_gshard.train import corpus_identity
+from lingvo_gshard.utils import files
 from lingvo_gshard.utils import provenance
 
 EXTRA = 'assets.extra'
@@ -116,45 +117,46 @@ def _Step(path: str) -> int:
 def CheckTarget(export_dir: str, overwrite: bool) -> None:
   """Refuses (ExportError) an export directory that holds anything, unless `overwrite`; checked before the
   model is restored, so a refusal costs nothing."""
-  if tf.io.gfile.exists(export_dir):
-    if not tf.io.gfile.isdir(export_dir):
+  if files.Exists(export_dir):
+    if not files.IsDir(export_dir):
       raise ExportError(f'--export_dir={export_dir}: a file, not a directory')
-    if tf.io.gfile.listdir(export_dir) and not overwrite:
+    if files.ListDir(export_dir) and not overwrite:
       raise ExportError(f'--export_dir={export_dir}: not empty; pass --overwrite to replace what is there')
 
 
 def Export(evaluator, exp_name: str, export_dir: str, overwrite: bool = False,
            log: Callable[[str], None] = print) -> Dict:
-  """Writes the SavedModel of `evaluator`'s restored model into `export_dir` (through tf.io.gfile: a local
-  path, gs://, ram://); returns its metadata. Written beside the target, then moved into place, so a failed
-  export leaves any earlier one whole (on object stores the move is a copy: see docs/guides/serving.md)."""
+  """Writes the SavedModel of `evaluator`'s restored model into `export_dir` (a local path, gs://, ram://:
+  utils/files.py); returns its metadata. Written beside the target, then moved into place, so a failed export
+  leaves any earlier one whole (on object stores the move is a copy, file by file: see
+  docs/guides/serving.md)."""
   CheckTarget(export_dir, overwrite)
   start = time.time()
   module = ServingModule(evaluator)
   staging = f'{export_dir.rstrip("/")}.partial-{os.getpid()}'
-  if tf.io.gfile.exists(staging):
-    tf.io.gfile.rmtree(staging)
+  if files.Exists(staging):
+    files.RemoveTree(staging)
   try:
     tf.saved_model.save(module, staging, signatures={'serving_default': module.Translate})
     extra = os.path.join(staging, EXTRA)
-    tf.io.gfile.makedirs(extra)
+    files.MakeDirs(extra)
     metadata = Metadata(evaluator, exp_name)
     with tf.io.gfile.GFile(os.path.join(extra, SOURCE_SPM), 'wb') as f:
       f.write(evaluator.src_vocab.model_bytes)
     params = os.path.join(evaluator.logdir, PARAMS_COPY)
-    if tf.io.gfile.exists(params):
-      tf.io.gfile.copy(params, os.path.join(extra, PARAMS_COPY), overwrite=True)
+    if files.Exists(params):
+      files.Copy(params, os.path.join(extra, PARAMS_COPY))
     metadata['export_seconds'] = round(time.time() - start, 1)
     with tf.io.gfile.GFile(os.path.join(extra, METADATA_FILE), 'w') as f:
       f.write(json.dumps(metadata, indent=1, ensure_ascii=False) + '\n')
-    if tf.io.gfile.exists(export_dir):
-      tf.io.gfile.rmtree(export_dir)
-    tf.io.gfile.rename(staging, export_dir)
+    if files.Exists(export_dir):
+      files.RemoveTree(export_dir)
+    files.Rename(staging, export_dir)
   except (tf.errors.OpError, OSError) as e:
     raise ExportError(f'--export_dir={export_dir}: cannot write the export ({_Brief(e)})') from None
   finally:
-    if tf.io.gfile.exists(staging):
-      tf.io.gfile.rmtree(staging)
+    if files.Exists(staging):
+      files.RemoveTree(staging)
   metadata['bytes'] = DirectoryBytes(export_dir)
   log(f'exported {metadata["checkpoint"]} of {exp_name} to {export_dir} in {time.time() - start:.0f}s '
       f'({metadata["bytes"] / 1e6:.1f} MB)')
@@ -162,7 +164,7 @@ def Export(evaluator, exp_name: str, export_dir: str, overwrite: bool = False,
 
 
 def DirectoryBytes(path: str) -> int:
-  return sum(tf.io.gfile.stat(os.path.join(d, f)).length for d, _, fs in tf.io.gfile.walk(path) for f in fs)
+  return sum(files.Size(os.path.join(d, f)) for d, _, fs in files.Walk(path) for f in fs)
 
 
 def _Brief(e: Exception) -> str:
@@ -172,10 +174,10 @@ def _Brief(e: Exception) -> str:
 def ReadMetadata(export_dir: str) -> Dict:
   """The METADATA_FILE of an export, checked: ExportError naming what is missing or unreadable, so a corrupt or
   incomplete export is refused in one line before TensorFlow tries to load it."""
-  if not tf.io.gfile.isdir(export_dir):
+  if not files.IsDir(export_dir):
     raise ExportError(f'--saved_model={export_dir}: no such directory')
   for needed in ('saved_model.pb', 'variables', os.path.join(EXTRA, METADATA_FILE), os.path.join(EXTRA, SOURCE_SPM)):
-    if not tf.io.gfile.exists(os.path.join(export_dir, needed)):
+    if not files.Exists(os.path.join(export_dir, needed)):
       raise ExportError(f'--saved_model={export_dir}: incomplete export, no {needed} (export it again with '
                         'python -m lingvo_gshard.tools.export)')
   path = os.path.join(export_dir, EXTRA, METADATA_FILE)

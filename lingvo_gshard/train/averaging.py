@@ -24,7 +24,6 @@ import datetime
 import json
 import os
 import re
-import shutil
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -72,7 +71,7 @@ def Key(name: str) -> str:
 
 def _Reader(path: str):
   try:
-    return tf.train.load_checkpoint(path)
+    return checkpoints.Reader(path)
   except (tf.errors.OpError, ValueError) as e:
     raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
 
@@ -98,8 +97,8 @@ def SelectCheckpoints(logdir: str, last: int = 0, names: Sequence[str] = ()) -> 
     return list(reversed(kept[:last]))
   paths = []
   for name in names:
-    path = os.path.abspath(name if os.sep in name else os.path.join(logdir, name))
-    if not os.path.exists(path + '.index'):
+    path = files.AbsPath(name if '/' in name else os.path.join(logdir, name))
+    if not files.Exists(path + '.index'):
       raise FileNotFoundError(f'{path}: no such checkpoint (no {path}.index); {logdir} keeps {kept_text}')
     if path in paths:
       raise ValueError(f'{name} is named twice: each checkpoint counts once in a mean')
@@ -120,10 +119,9 @@ def _ParamsLines(logdir: str) -> List[str]:
   with are repeated there as comments) and data directories (one corpus may sit in two places; data.json's
   fingerprint says whether it is the same build)."""
   path = os.path.join(logdir, experiment_lib.PARAMS_FILE)
-  if not os.path.exists(path):
+  if not files.Exists(path):
     raise FileNotFoundError(f'{path}: no such file (the params the run was trained with)')
-  with open(path) as f:
-    keys = [(l.partition(' :')[0].strip(), l.strip()) for l in f.read().splitlines()]
+  keys = [(l.partition(' :')[0].strip(), l.strip()) for l in files.ReadText(path).splitlines()]
   return [l for k, l in keys if k and not k.startswith('#') and not k.endswith('.data_dir')]
 
 
@@ -165,7 +163,7 @@ def Plan(exp: experiment_lib.Experiment, logdir: str, last: int = 0, names: Sequ
   paths = SelectCheckpoints(logdir, last, names)
   if len(paths) < 2:
     raise ValueError(f'{len(paths)} checkpoint given; a mean needs at least 2')
-  logdirs = list(dict.fromkeys([os.path.abspath(logdir)] + [os.path.dirname(p) for p in paths]))
+  logdirs = list(dict.fromkeys([files.AbsPath(logdir)] + [os.path.dirname(p) for p in paths]))
   CheckSameRun(logdirs)
   CheckExperiment(exp, logdir, paths[-1])
   weights = StoredWeights(paths[-1])
@@ -184,7 +182,7 @@ def Plan(exp: experiment_lib.Experiment, logdir: str, last: int = 0, names: Sequ
   newest = _Reader(paths[-1]).get_variable_to_shape_map()
   dropped = sorted({Key(n).split('/')[0] for n in newest if n not in weights and n not in (_STEP, _SAVE_COUNTER)}
                    - {'_CHECKPOINTABLE_OBJECT_GRAPH'})
-  return Averaging(type(exp).__name__, os.path.abspath(logdir), paths, [_Step(p) for p in paths], weights,
+  return Averaging(type(exp).__name__, files.AbsPath(logdir), paths, [_Step(p) for p in paths], weights,
                    dropped)
 
 
@@ -206,31 +204,32 @@ def Record(checkpoint_path: str) -> Optional[Dict]:
   """What was averaged into `checkpoint_path` (its AVERAGE_SUFFIX file: 'checkpoints', 'steps', ...), or None
   for a trained checkpoint."""
   path = checkpoint_path + AVERAGE_SUFFIX
-  if not os.path.exists(path):
+  if not files.Exists(path):
     return None
-  with open(path) as f:
-    return json.load(f)
+  return json.loads(files.ReadText(path))
 
 
 def CheckOutput(output_logdir: str, sources: Sequence[str], overwrite: bool = False):
   """One line unless the average may be written to `output_logdir`: not a run's log directory nor one that
   holds it, empty or absent (or, with `overwrite`, an earlier average), and under a writable directory."""
-  out = os.path.abspath(output_logdir)
+  out = files.AbsPath(output_logdir)
   for src in sources:
-    src = os.path.abspath(src)
-    if out == src or src.startswith(out.rstrip(os.sep) + os.sep):
+    src = files.AbsPath(src)
+    if out == src or src.startswith(out.rstrip('/') + '/'):
       raise ValueError(f'{output_logdir}: {"is" if out == src else "holds"} the log directory {src} being '
                        'averaged; write the average to a directory of its own')
-  if os.path.exists(out):
-    if not os.path.isdir(out):
+  if files.Exists(out):
+    if not files.IsDir(out):
       raise ValueError(f'{output_logdir}: exists and is not a directory')
-    entries = os.listdir(out)
+    entries = files.ListDir(out)
     if entries and not overwrite:
       raise ValueError(f'{output_logdir}: exists and is not empty ({len(entries)} entries); --overwrite '
                        'replaces an earlier average')
     if entries and not any(e.endswith(AVERAGE_SUFFIX) for e in entries):
       raise ValueError(f'{output_logdir}: holds no *{AVERAGE_SUFFIX}, so it is no earlier average; not '
                        'replacing it (remove it yourself or choose another directory)')
+  if files.IsUrl(out):
+    return  # no permission bits to ask: the first write says whether it may be written
   parent = os.path.dirname(out)
   while not os.path.exists(parent):
     parent = os.path.dirname(parent)
@@ -245,11 +244,15 @@ def Write(plan: Averaging, output_logdir: str, overwrite: bool = False,
   failure or a kill leaves no half-written average, and an earlier one (with `overwrite`) stays whole until
   the new one is complete. A failed write is checkpoints.WriteFailed, in one line."""
   CheckOutput(output_logdir, [os.path.dirname(p) for p in plan.checkpoints] + [plan.logdir], overwrite)
-  out = os.path.abspath(output_logdir)
+  out = files.AbsPath(output_logdir)
   name = f'ckpt-{plan.step}'
   try:
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(out), prefix=f'.{os.path.basename(out)}.')
+    files.MakeDirs(os.path.dirname(out))
+    if files.IsUrl(out):
+      tmp = f'{os.path.dirname(out)}/.{os.path.basename(out)}.tmp-{os.getpid()}'
+      files.MakeDirs(tmp)
+    else:
+      tmp = tempfile.mkdtemp(dir=os.path.dirname(out), prefix=f'.{os.path.basename(out)}.')
   except OSError as e:
     raise checkpoints.WriteFailed(f'{output_logdir}: cannot be created ({e.strerror or e})') from None
   try:
@@ -262,16 +265,17 @@ def Write(plan: Averaging, output_logdir: str, overwrite: bool = False,
     ckpt.save_counter.assign(newest.get_tensor(_SAVE_COUNTER) if newest.has_tensor(_SAVE_COUNTER) else 1)
     ckpt.write(os.path.join(tmp, name))
     for f in RUN_FILES:
-      if os.path.exists(os.path.join(plan.logdir, f)):
-        shutil.copyfile(os.path.join(plan.logdir, f), os.path.join(tmp, f))
+      if files.Exists(os.path.join(plan.logdir, f)):
+        files.Copy(os.path.join(plan.logdir, f), os.path.join(tmp, f))
     files.WriteText(os.path.join(tmp, 'checkpoint'),
                     f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
     files.WriteJson(os.path.join(tmp, name + AVERAGE_SUFFIX), _RecordOf(plan, out, name))
     _WriteCheckpointLog(plan, tmp, name)
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a log directory is shared like the trainer's
+    if not files.IsUrl(tmp):
+      os.chmod(tmp, 0o755)  # mkdtemp makes it private; a log directory is shared like the trainer's
     _Replace(tmp, out)
   except BaseException as e:
-    shutil.rmtree(tmp, ignore_errors=True)
+    files.RemoveTree(tmp, ignore_errors=True)
     if isinstance(e, (OSError, tf.errors.OpError)) and not isinstance(e, checkpoints.WriteFailed):
       raise checkpoints.WriteFailed(f'{output_logdir}: cannot write the average ({checkpoints.Brief(e)}); '
                                     'nothing was written') from None
@@ -302,15 +306,16 @@ def _WriteCheckpointLog(plan: Averaging, tmp: str, name: str):
 
 def _Replace(tmp: str, out: str):
   """Renames directory `tmp` to `out`; an `out` already there (empty, or an earlier average) is moved aside
-  first and removed only once the new one is in place."""
-  if not os.path.exists(out):
-    os.rename(tmp, out)
+  first and removed only once the new one is in place. On gs:// each rename moves one object at a time
+  (utils/files.py Rename): a kill in the middle leaves the average split between the two names."""
+  if not files.Exists(out):
+    files.Rename(tmp, out)
     return
   aside = tmp + '.replaced'
-  os.rename(out, aside)
+  files.Rename(out, aside)
   try:
-    os.rename(tmp, out)
+    files.Rename(tmp, out)
   except BaseException:
-    os.rename(aside, out)
+    files.Rename(aside, out)
     raise
-  shutil.rmtree(aside, ignore_errors=True)
+  files.RemoveTree(aside, ignore_errors=True)

@@ -31,11 +31,10 @@ class BudgetError(ValueError):
 def Read(logdir: str) -> Optional[Dict]:
   """The decision recorded in `logdir`, or None."""
   path = os.path.join(logdir, BUDGET_FILE)
-  if not os.path.exists(path):
+  if not files.Exists(path):
     return None
   try:
-    with open(path) as f:
-      record = json.load(f)
+    record = json.loads(files.ReadText(path))
     int(record['max_steps']), float(record['max_train_seconds'])
   except (ValueError, KeyError, TypeError) as e:
     raise BudgetError(f'{path}: not a budget record ({type(e).__name__}: {e}); remove it to size the run '

@@ -10,13 +10,14 @@ import io
 import json
 import os
 import re
-import shutil
 from typing import Callable, Dict, List, Sequence
 
 from google.protobuf import text_format
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 from tensorflow.python.trackable import base as trackable_base  # pylint: disable=g-direct-tensorflow-import
+
+from lingvo_gshard.utils import files
 
 CHECKPOINT_LOG = 'checkpoints.jsonl'
 STATE_FILE = 'checkpoint'  # TensorFlow's CheckpointState text proto: the checkpoints of a log directory
@@ -26,9 +27,18 @@ class StateUnreadable(ValueError):
   """A log directory's STATE_FILE or CHECKPOINT_LOG cannot be used; the message names the file, in one line."""
 
 
+def Reader(path: str):
+  """TensorFlow's reader of checkpoint `path` (a prefix such as LOGDIR/ckpt-400). tf.train.load_checkpoint
+  first asks whether the prefix is a directory, which ram:// answers yes (the prefix begins the names of the
+  checkpoint's files: see utils/files.py), so a URL is opened as a prefix directly."""
+  if files.IsUrl(path):
+    return tf.compat.v1.train.NewCheckpointReader(path)
+  return tf.train.load_checkpoint(path)
+
+
 def Step(path: str) -> int:
   """The training step stored in checkpoint `path`."""
-  return int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
+  return int(Reader(path).get_tensor('step/.ATTRIBUTES/VARIABLE_VALUE'))
 
 
 def ReadState(logdir: str):
@@ -36,7 +46,7 @@ def ReadState(logdir: str):
   not parse. TensorFlow logs and ignores some bad state files (a text-format error) and raises on others (bytes
   that are not UTF-8, no model_checkpoint_path), so every reader of the file asks here."""
   path = os.path.join(logdir, STATE_FILE)
-  if not os.path.exists(path):
+  if not files.Exists(path):
     return None
   try:
     state = tf.train.get_checkpoint_state(logdir)
@@ -57,12 +67,11 @@ def ReadLog(logdir: str) -> List[Dict]:
   kill) is skipped, as files.ReadJsonl does (lines split as it splits them); bytes that are not UTF-8, or JSON
   that is not such a row, are StateUnreadable naming the file and line."""
   path = os.path.join(logdir, CHECKPOINT_LOG)
-  if not os.path.exists(path):
+  if not files.Exists(path):
     return []
   remove = 'remove the line (it holds the training time and commit of one checkpoint)'
   try:
-    with open(path, 'rb') as f:
-      data = f.read()
+    data = files.ReadBytes(path)
     text = data.decode('utf-8')
   except OSError as e:
     raise StateUnreadable(f'{path}: cannot read ({e.strerror or e})') from None
@@ -104,13 +113,13 @@ class WriteFailed(OSError):
 def RemovePartial(logdir: str, step: int):
   """Removes what a failed save of ckpt-<step> left (TensorFlow's temporary shard directory); the state file
   was not updated, so the checkpoint before is still the latest."""
-  for name in os.listdir(logdir):
+  for name in files.ListDir(logdir):
     if name.startswith(f'ckpt-{step}_temp'):
       path = os.path.join(logdir, name)
-      if os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
+      if files.IsDir(path):
+        files.RemoveTree(path, ignore_errors=True)
       else:
-        os.remove(path)
+        files.Remove(path)
 
 
 class CheckpointMismatchError(ValueError):
@@ -179,7 +188,7 @@ def CheckCheckpoint(path: str, objects: Dict[str, object]):
   `objects` is in the checkpoint with its (canonical) shape and the checkpoint has no model weight (`w/`)
   beyond them; Unreadable if the checkpoint's files cannot be listed."""
   try:
-    stored = dict(tf.train.list_variables(path))
+    stored = Reader(path).get_variable_to_shape_map()
   except (tf.errors.OpError, ValueError, IndexError) as e:
     raise Unreadable(f'{path}: unreadable checkpoint ({Brief(e)})') from None
   wanted = {_CheckpointName(k): (k, v) for k, v in objects.items()}
@@ -208,10 +217,10 @@ def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print, repair
   rewrite it from, an unreadable state file is StateUnreadable, and so is a CHECKPOINT_LOG the trainer could
   not read at its first save: refused here, before the trainer writes anything in the log directory.
   """
-  if not os.path.isdir(logdir):
+  if not files.IsDir(logdir):
     return []
   found = {}
-  for name in os.listdir(logdir):
+  for name in files.ListDir(logdir):
     m = re.fullmatch(r'ckpt-(\d+)\.index', name)
     if m:
       found[int(m.group(1))] = os.path.join(logdir, name[:-len('.index')])
@@ -226,7 +235,7 @@ def CheckpointCandidates(logdir: str, log: Callable[[str], None] = print, repair
       state_path = os.path.join(logdir, STATE_FILE)
       log(f'{state_path}: unreadable checkpoint state; using the {len(found)} checkpoint files found (the '
           'old state file is kept as checkpoint.unreadable)')
-      os.replace(state_path, state_path + '.unreadable')
+      files.Rename(state_path, state_path + '.unreadable')
       paths = [found[k] for k in sorted(found)]
       tf.compat.v1.train.update_checkpoint_state(logdir, paths[-1], paths)
   return [found[k] for k in sorted(found, reverse=True)]
@@ -237,4 +246,4 @@ def LatestCheckpoint(logdir: str):
   checkpoint it names is gone); StateUnreadable if the state file does not parse."""
   state = ReadState(logdir)
   path = state.model_checkpoint_path if state else ''
-  return path if path and os.path.exists(path + '.index') else None
+  return path if path and files.Exists(path + '.index') else None

@@ -4,25 +4,26 @@ import json
 import os
 from typing import Dict
 
+from lingvo_gshard.utils import files
+
 DATA_FILE = 'data.json'  # the corpus build a run trains on: {'name', 'version', 'fingerprint', 'data_dir'}
 
 
 def DataIdentity(manifest: Dict, data_dir: str) -> Dict:
   """What DATA_FILE records of a corpus build (its manifest): the fingerprint covers every input and setting."""
   return {'name': manifest.get('name'), 'version': manifest.get('version'),
-          'fingerprint': manifest.get('fingerprint'), 'data_dir': os.path.abspath(data_dir)}
+          'fingerprint': manifest.get('fingerprint'), 'data_dir': files.AbsPath(data_dir)}
 
 
 def ReadData(logdir: str) -> Dict:
   """The run's DATA_FILE ({} for a run trained before it was written)."""
   path = os.path.join(logdir, DATA_FILE)
-  if not os.path.exists(path):
+  if not files.Exists(path):
     return {}
-  with open(path) as f:
-    try:
-      return json.load(f)
-    except ValueError:
-      raise ValueError(f'{path}: not JSON (the corpus build this run trained on is unreadable)') from None
+  try:
+    return json.loads(files.ReadText(path))
+  except ValueError:
+    raise ValueError(f'{path}: not JSON (the corpus build this run trained on is unreadable)') from None
 
 
 def CheckData(logdir: str, identity: Dict, resuming: bool) -> Dict:

@@ -59,9 +59,9 @@ def DevRow(step: int, metrics: Dict[str, float], checkpoint: str = '', job: str 
 
 
 def AppendDevLog(logdir: str, row: Dict):
-  """Appends DevRow `row`: the evaler's (job 'evaler') or the training loop's ('trainer')."""
-  with open(os.path.join(logdir, DEV_LOG), 'a') as f:
-    f.write(json.dumps(row) + '\n')
+  """Appends DevRow `row`: the evaler's (job 'evaler') or the training loop's ('trainer'). On gs:// an append
+  rewrites the file (utils/files.py AppendText)."""
+  files.AppendText(os.path.join(logdir, DEV_LOG), json.dumps(row) + '\n')
 
 
 def Best(rows: Sequence[Dict], metric: str = 'xent') -> Optional[Dict]:

@@ -158,10 +158,11 @@ class Trainer:
     self._CheckMemory()  # builds the layers: bad layer params fail here, before any data or file is touched
     manifest = reader.LoadManifest(self.inputs['train'].data_dir)  # a missing or empty corpus: one line
     try:
-      os.makedirs(self.logdir, exist_ok=True)
+      files.MakeDirs(self.logdir)
     except OSError as e:
       raise ValueError(f'--logdir {self.logdir}: cannot create it ({e.strerror})') from None
-    if not os.access(self.logdir, os.W_OK):
+    # A URL (gs://) has no permission bits to ask: its first write says whether it may be written.
+    if not files.IsUrl(self.logdir) and not os.access(self.logdir, os.W_OK):
       raise ValueError(f'--logdir {self.logdir}: not writable')
     return manifest
 
@@ -191,6 +192,9 @@ class Trainer:
       except files.LockHeld as e:
         raise ValueError(f'--logdir {logdir}: another trainer is running in it ({e}); wait for it to end or '
                          'train into another --logdir') from None
+      if not self._lock.held:
+        self.log(f'--logdir {logdir}: object storage has no lock: a second trainer started on this log '
+                 'directory would not be refused')
     # Before the manager reads the state file.
     self.candidates = checkpoints.CheckpointCandidates(logdir, self.log, repair=self.chief)
     # Another model's checkpoints are refused before anything in the log directory is rewritten.
@@ -306,12 +310,12 @@ class Trainer:
             layer.GroupShape(inp.batch_rows * length)
 
   def _WriteParams(self):
-    with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE), 'w') as f:
-      f.write(f'# experiment: {type(self.exp).__module__}.{type(self.exp).__name__}\n')
-      f.write(f'# partitioner: {self.partitioner}\n# rules:\n')
-      f.write(''.join(f'#   {line}\n' for line in self.exp.ShardingRules().ToText().splitlines()))
-      f.write(''.join(f'# override: {line}\n' for line in self.overrides))
-      f.write(self.params.ToText())
+    files.WriteText(os.path.join(self.logdir, experiment_lib.PARAMS_FILE), ''.join([
+        f'# experiment: {type(self.exp).__module__}.{type(self.exp).__name__}\n',
+        f'# partitioner: {self.partitioner}\n# rules:\n',
+        ''.join(f'#   {line}\n' for line in self.exp.ShardingRules().ToText().splitlines()),
+        ''.join(f'# override: {line}\n' for line in self.overrides),
+        self.params.ToText()]))
 
   def Step(self) -> int:
     return int(self.partitioner.Fetch(self.learner.global_step))
@@ -360,7 +364,7 @@ class Trainer:
           path).expect_partial(), path)
       return
     if self.input_checkpoint is not None:
-      if tf.io.gfile.exists(self._InputPath(path) + '.index'):
+      if files.Exists(self._InputPath(path) + '.index'):
         self.input_checkpoint.restore(self._InputPath(path))
       else:
         self.log(f'{self._InputPath(path)}: no input position saved; the input restarts from its first batch')
@@ -404,7 +408,7 @@ class Trainer:
     saved = self.Step()
     for path in self.candidates:
       try:
-        saved = int(tf.train.load_variable(path, 'step/.ATTRIBUTES/VARIABLE_VALUE'))
+        saved = checkpoints.Step(path)
         break
       except (tf.errors.OpError, ValueError, IndexError):
         continue  # Restore reports it
@@ -423,8 +427,8 @@ class Trainer:
       return {}
     if self.chief:
       with self.writers['train'].as_default():  # what the run is, beside its curves (Lingvo's params summary)
-        with open(os.path.join(self.logdir, experiment_lib.PARAMS_FILE)) as f:
-          tf.summary.text('params', f'```\n{f.read()}\n```', step=saved)
+        params_text = files.ReadText(os.path.join(self.logdir, experiment_lib.PARAMS_FILE))
+        tf.summary.text('params', f'```\n{params_text}\n```', step=saved)
     self.log(f'building the input (vocabularies, shuffle buffers of every language) for step {saved + 1}...')
     with reader.CorruptRecords(self.inputs['train'].data_dir,
                                f'; met while building the input, the last checkpoint is step {saved}'):
@@ -607,8 +611,7 @@ class Trainer:
            'train_seconds': round(self._resumed_seconds + seconds, 1),
            'time': time.strftime('%Y-%m-%dT%H:%M:%S'), 'commit': self._commit, **self._divergence.State()}
     try:
-      with open(log_path, 'a') as f:
-        f.write(json.dumps(row) + '\n')
+      files.AppendText(log_path, json.dumps(row) + '\n')  # on gs:// the file is rewritten (utils/files.py)
     except OSError as e:
       raise checkpoints.WriteFailed(f'{log_path}: cannot append ({e.strerror or e}); {os.path.basename(path)} '
                                     'was written and is the latest') from None
