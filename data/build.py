@@ -12,6 +12,11 @@ leaves either the previous complete dataset or no dataset under `gettext_m4/` (T
 `incomplete.*` directory that it renames only when done), never a partial one that loads silently; a
 rerun removes stale staging directories and builds again. A lock file keeps two builds out of one data dir.
 
+A gs:// data directory goes through the same steps (utils/files.py, and TFDS's own path library), with two
+differences: a rename there moves one object at a time, so the atomicity above is lost to a kill in the
+middle of _Commit, and there is no lock, so two builds into one bucket directory are not detected. Building
+into a local directory and copying it (`gsutil -m cp -r`) keeps both (docs/guides/cloud_tpu.md).
+
 Idempotence: the manifest holds a fingerprint of the inputs (every catalog's checksum), the corpus
 settings and the pipeline version; a rerun with the same fingerprint leaves the data dir untouched.
 """
@@ -20,7 +25,6 @@ import datetime
 import hashlib
 import json
 import os
-import shutil
 import time
 
 from lingvo_gshard.data import corpus as corpus_lib
@@ -131,8 +135,7 @@ def ReadManifest(data_dir):
   path = os.path.join(data_dir, MANIFEST)
   rebuild = f'rebuild with python -m lingvo_gshard.tools.prepare_data --data_dir={data_dir} --force'
   try:
-    with open(path, 'rb') as f:
-      manifest = json.loads(f.read().decode('utf-8'))
+    manifest = json.loads(files.ReadBytes(path).decode('utf-8'))
   except (FileNotFoundError, NotADirectoryError):
     return None
   except OSError as e:
@@ -186,13 +189,13 @@ def _Progress(units, log, every=250):
 def _Commit(staging, data_dir, name):
   """Moves a finished staging build into data_dir (see the module docstring for the order)."""
   manifest = os.path.join(data_dir, MANIFEST)
-  if os.path.exists(manifest):
-    os.remove(manifest)
+  if files.Exists(manifest):
+    files.Remove(manifest)
   target = os.path.join(data_dir, name)
-  if os.path.exists(target):
-    os.rename(target, os.path.join(staging, 'previous'))
-  os.rename(os.path.join(staging, name), target)
-  os.rename(os.path.join(staging, MANIFEST), manifest)
+  if files.Exists(target):
+    files.Rename(target, os.path.join(staging, 'previous'))
+  files.Rename(os.path.join(staging, name), target)
+  files.Rename(os.path.join(staging, MANIFEST), manifest)
 
 
 def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=print):
@@ -213,20 +216,20 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
   """
   from lingvo_gshard.data import gettext_m4  # pylint: disable=g-import-not-at-top
   start = time.time()
-  lock = files.ProcessLock(os.path.join(data_dir, _LOCK))
-  created = not os.path.isdir(data_dir)
+  lock = files.ProcessLock(os.path.join(data_dir, _LOCK))  # no lock on gs:// (see the module docstring)
+  created = not files.IsDir(data_dir)
   try:
-    os.makedirs(data_dir, exist_ok=True)
+    files.MakeDirs(data_dir)
     lock.Acquire()
   except files.LockHeld as e:
     raise report_lib.DataError(f'{data_dir}: another build is running into this data directory ({e})') from None
   except OSError as e:
     raise report_lib.DataError(f'{data_dir}: cannot create the data directory: {e.strerror or e}') from None
   try:
-    for stale in os.listdir(data_dir):
+    for stale in files.ListDir(data_dir):
       if stale.startswith(_STAGING_PREFIX):
         log(f'removing {stale} left by an interrupted build')
-        shutil.rmtree(os.path.join(data_dir, stale), ignore_errors=True)
+        files.RemoveTree(os.path.join(data_dir, stale), ignore_errors=True)
 
     report = report_lib.BuildReport()
     log('reading and cleaning inputs...')
@@ -242,12 +245,12 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
     except report_lib.DataError:
       old = None  # a corrupt manifest of an earlier build: this build replaces it
     if (not force and old and old.get('fingerprint') == fingerprint and
-        os.path.isdir(os.path.join(data_dir, gettext_m4.NAME, gettext_m4.DATASET_VERSION))):
+        files.IsDir(os.path.join(data_dir, gettext_m4.NAME, gettext_m4.DATASET_VERSION))):
       log(f'{data_dir}: up to date (same inputs and settings as the build of {old.get("built_at")})')
       return old, False
 
     staging = os.path.join(data_dir, f'{_STAGING_PREFIX}{os.getpid()}')
-    os.makedirs(staging)
+    files.MakeDirs(staging)
     try:
       log(f'writing {len(corpus.languages)} languages into {staging}...')
       builder = gettext_m4.GettextM4(corpus=corpus, data_dir=staging)
@@ -260,18 +263,15 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
       manifest = _Manifest(corpus, report, fingerprint, time.time() - start,
                            sorted({type(s).__name__ for s in sources}))
       manifest[integrity.FILES] = integrity.Record(staging, gettext_m4.NAME)  # paths stay valid after the move
-      with open(os.path.join(staging, MANIFEST), 'w', encoding='utf-8') as f:
-        json.dump(manifest, f, indent=1, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
+      files.WriteText(os.path.join(staging, MANIFEST), json.dumps(manifest, indent=1, ensure_ascii=False))
       _Commit(staging, data_dir, gettext_m4.NAME)
     finally:
       # Also on failure: a half-written staging directory is of no use to anyone.
-      shutil.rmtree(staging, ignore_errors=True)
+      files.RemoveTree(staging, ignore_errors=True)
     return json.loads(json.dumps(manifest)), True  # As a reader sees it (lists, not tuples).
   except BaseException:
     lock.Release()
-    if created:  # a build that fails leaves no data directory it made behind (rmdir: only if empty)
+    if created and not files.IsUrl(data_dir):  # a failed build leaves no local directory it made (only if empty)
       _RemoveEmpty(data_dir, lock.path)
     raise
   finally:

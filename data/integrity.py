@@ -10,13 +10,14 @@ import os
 from typing import Dict, List
 
 from lingvo_gshard.data import report as report_lib
+from lingvo_gshard.utils import files as files_lib
 
 FILES = 'files'  # manifest key: {path relative to the data directory: {'bytes': n, 'sha256': hex}}
 
 
 def _Sha256(path: str) -> str:
   digest = hashlib.sha256()
-  with open(path, 'rb') as f:
+  with files_lib.Open(path, 'rb') as f:
     for block in iter(lambda: f.read(1 << 20), b''):
       digest.update(block)
   return digest.hexdigest()
@@ -25,19 +26,20 @@ def _Sha256(path: str) -> str:
 def Record(root: str, folder: str) -> Dict[str, Dict]:
   """{path under `root`: {'bytes', 'sha256'}} of every file below root/folder."""
   out = {}
-  for base, dirs, files in os.walk(os.path.join(root, folder)):
+  for base, dirs, files in files_lib.Walk(os.path.join(root, folder)):
     dirs.sort()
     for name in sorted(files):
       path = os.path.join(base, name)
-      out[os.path.relpath(path, root)] = {'bytes': os.path.getsize(path), 'sha256': _Sha256(path)}
+      rel = os.path.relpath(path, root) if not files_lib.IsUrl(root) else path[len(root.rstrip('/')) + 1:]
+      out[rel] = {'bytes': files_lib.Size(path), 'sha256': _Sha256(path)}
   return out
 
 
 def _SizeProblem(data_dir: str, rel: str, info: Dict) -> str:
   path = os.path.join(data_dir, rel)
-  if not os.path.isfile(path):
+  if not files_lib.IsFile(path):
     return f'{path}: missing (the build wrote {info["bytes"]} bytes)'
-  size = os.path.getsize(path)
+  size = files_lib.Size(path)
   if size != info['bytes']:
     return f'{path}: {size} bytes, the build wrote {info["bytes"]} (cut short or changed)'
   return ''

@@ -15,6 +15,7 @@ from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import gettext_m4
 from lingvo_gshard.data import integrity
 from lingvo_gshard.data import report as report_lib
+from lingvo_gshard.utils import files
 
 
 def LoadManifest(data_dir):
@@ -39,7 +40,7 @@ _BUILDERS = {}
 def _Builder(data_dir, manifest):
   # One checked builder per build: making one reads and checks the dataset info (a fixed cost per call), and
   # the vocabulary sample and the evaluator open every language's slice in turn.
-  key = (os.path.abspath(data_dir), manifest.get('fingerprint'), manifest.get('built_at'))
+  key = (files.AbsPath(data_dir), manifest.get('fingerprint'), manifest.get('built_at'))
   if key not in _BUILDERS:
     _BUILDERS.clear()
     _BUILDERS[key] = _NewBuilder(data_dir, manifest)
