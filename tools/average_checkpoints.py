@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _MODEL = flags.DEFINE_string('model', None, 'Registered experiment that was trained in --logdir.')
 _LOGDIR = flags.DEFINE_string('logdir', None, 'The trainer\'s log directory whose checkpoints are averaged.')
@@ -42,7 +43,7 @@ def _CheckFlags():
   for flag in (_MODEL, _LOGDIR, _OUTPUT):
     if not flag.value:
       _Fail(f'--{flag.name} is required')
-  if not os.path.isdir(_LOGDIR.value):
+  if not files.IsDir(_LOGDIR.value):
     _Fail(f'--logdir {_LOGDIR.value}: no such directory')
   if (_LAST.value is None) == (not _CHECKPOINTS.value):
     _Fail('give --last=N (the newest N checkpoints) or --checkpoints=NAME,NAME,... (not both)')

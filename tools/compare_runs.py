@@ -44,12 +44,12 @@ def _ResultDir(flag, spec):
   from lingvo_gshard.report import significance  # pylint: disable=g-import-not-at-top
   name, logdir, ckpt = _common.RunSpec('compare_runs', flag, spec, significance.ARCHIVE_SUFFIXES)
   if logdir.endswith(significance.ARCHIVE_SUFFIXES):
-    if not os.path.isfile(logdir):
+    if not files.IsFile(logdir):
       _Fail(f'--{flag}: {logdir}: no such file')
     return name, logdir
   if ckpt:
     result_dir = os.path.join(logdir, f'decode_{_SET.value}', os.path.basename(ckpt))
-    if not os.path.exists(os.path.join(result_dir, 'results.json')):
+    if not files.Exists(os.path.join(result_dir, 'results.json')):
       _Fail(f'--{flag}: {result_dir}/results.json does not exist (evaluate {ckpt} first)')
   else:
     result_dir = evaluator.LatestResultDir(logdir, _SET.value)

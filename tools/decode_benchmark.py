@@ -15,6 +15,7 @@ from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 from lingvo_gshard.utils import paths
 
 _MODEL = flags.DEFINE_string('model', 'M4TinyMoE', 'Experiment whose shape both sides take.')
@@ -95,8 +96,7 @@ def main(argv):
     if _JSON.value == '-':
       print(text)
     else:
-      with open(_JSON.value, 'w') as f:
-        f.write(text + '\n')
+      files.WriteText(_JSON.value, text + '\n')
   return 0
 
 

@@ -19,6 +19,7 @@ from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _MODEL = flags.DEFINE_string('model', None, 'Experiment that was trained in --logdir, named as the trainer\'s '
                              '--model was (registered name, dotted path or file.py:Name).')
@@ -50,7 +51,7 @@ def _Fail(message):
 def _CheckFlags():
   """Everything that can be wrong with the flags, found before any decoding."""
   # Numbers are checked by their flags' bounds while the flags are parsed (_common.Main).
-  if not os.path.isdir(_LOGDIR.value):
+  if not files.IsDir(_LOGDIR.value):
     _Fail(f'--logdir {_LOGDIR.value}: no such directory')
   if _BASELINES.value:
     if '{lang}' not in _BASELINES.value:
@@ -66,8 +67,8 @@ def _CheckFlags():
       import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
     except ImportError:
       _Fail('--plot needs matplotlib (pip install matplotlib, or the [plots] extra)')
-    parent = os.path.dirname(os.path.abspath(_PLOT.value))
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+    parent = os.path.dirname(files.AbsPath(_PLOT.value))
+    if not files.IsUrl(parent) and (not os.path.isdir(parent) or not os.access(parent, os.W_OK)):
       _Fail(f'--plot {_PLOT.value}: directory {parent} does not exist or is not writable')
 
 
@@ -84,7 +85,7 @@ def _Plot(rows, path, title):
   ax.set_ylabel('delta BLEU vs bilingual')
   ax.set_title(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=150)
+  files.SaveFigure(fig, path, dpi=150)
 
 
 def main(argv):

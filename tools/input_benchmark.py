@@ -24,6 +24,7 @@ from lingvo_gshard.bench import input_speed
 from lingvo_gshard.input import mixture
 from lingvo_gshard.input import pipeline
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'A built data directory (tools/prepare_data).',
                                 required=True)
@@ -99,8 +100,7 @@ def main(argv):
     print(f'observed over {dist["draws"]} draws: chi2 {dist["chi2"]} on {dist["dof"]} dof '
           f'(mean {dist["dof"]}, sd {math.sqrt(2 * dist["dof"]):.1f}); largest gaps: {worst}')
   if _JSON.value:
-    with open(_JSON.value, 'w', encoding='utf-8') as f:
-      json.dump(figures, f, indent=1, ensure_ascii=False)
+    files.WriteText(_JSON.value, json.dumps(figures, indent=1, ensure_ascii=False))
   return 0
 
 

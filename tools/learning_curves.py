@@ -12,13 +12,13 @@ tools/evaluate.py (--checkpoint=LOGDIR/ckpt-N for the older ones); prints a tabl
 points as JSON and a PNG (BLEU and chrF against steps and against minutes).
 """
 import json
-import os
 import sys
 
 from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _RUNS = flags.DEFINE_list('runs', None, 'NAME=LOGDIR pairs.', required=True)
 _SET = flags.DEFINE_string('set', 'dev', 'Evaluated test set: dev, test or tsv-<dir>.')
@@ -41,7 +41,7 @@ def main(argv):
     if not sep or not name or not logdir:
       print(f'learning_curves: --runs item {item!r} is not NAME=LOGDIR', file=sys.stderr)
       return 1
-    if not os.path.isdir(logdir):
+    if not files.IsDir(logdir):
       print(f'learning_curves: {logdir}: no such log directory', file=sys.stderr)
       return 1
     try:
@@ -60,8 +60,7 @@ def main(argv):
       print(f'{name:<14}{p["step"]:>7}{p["train_seconds"] / 60:>9.1f}{p["bleu"]:>7.2f}{p["chrf"]:>7.2f}'
             f'{p["languages"]:>6}{p["sentences"]:>10}')
   if _JSON.value:
-    with open(_JSON.value, 'w') as f:
-      json.dump({'set': _SET.value, 'average': _AVERAGE.value, 'runs': runs}, f, indent=1)
+    files.WriteText(_JSON.value, json.dumps({'set': _SET.value, 'average': _AVERAGE.value, 'runs': runs}, indent=1))
     print(f'wrote {_JSON.value}')
   if _PLOT.value:
     curves.Plot(runs, _PLOT.value, f'{_AVERAGE.value} average on {_SET.value}')
@@ -90,10 +89,9 @@ def _DevLoss(runs, metric):
             if step in values[n] and step in values[names[0]] else f'{"—":>{gap_width[n]}}' for n in names[1:]]
     print(f'{step:>7}' + ''.join(cells) + ''.join(gaps))
   if _JSON.value:
-    with open(_JSON.value, 'w') as f:
-      json.dump({'metric': metric, 'runs': runs,
-                 'differences': {n: curves.Differences(runs[n], runs[names[0]], metric) for n in names[1:]}},
-                f, indent=1)
+    files.WriteText(_JSON.value, json.dumps({
+        'metric': metric, 'runs': runs,
+        'differences': {n: curves.Differences(runs[n], runs[names[0]], metric) for n in names[1:]}}, indent=1))
     print(f'wrote {_JSON.value}')
   if _PLOT.value:
     curves.PlotDevLoss(runs, _PLOT.value, metric)

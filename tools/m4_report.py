@@ -63,10 +63,9 @@ def main(argv):
     for name, logdir, ckpt in adds:
       if ckpt:
         path = os.path.join(logdir, f'decode_{_SET.value}', ckpt, 'results.json')
-        if not os.path.exists(path):
+        if not files.Exists(path):
           raise FileNotFoundError(f'--add={name}: {path} does not exist (evaluate {ckpt} first)')
-        with open(path) as f:
-          results = json.load(f)
+        results = json.loads(files.ReadText(path))
       else:
         results = evaluator.LatestResults(logdir, _SET.value)
         if results is None:
@@ -76,13 +75,12 @@ def main(argv):
     results = delta_bleu.Build(_RUNS_DIR.value, _SET.value, _MAX_SENTENCES.value)
   except _common.UserErrors() as e:
     _Fail(str(e))
-  os.makedirs(_OUT_DIR.value, exist_ok=True)
+  files.MakeDirs(_OUT_DIR.value)
   files.WriteJson(os.path.join(_OUT_DIR.value, 'results.json'), results)
   commentary = ''
   commentary_path = os.path.join(_RUNS_DIR.value, 'commentary.md')
-  if os.path.exists(commentary_path):
-    with open(commentary_path) as f:
-      commentary = f.read()
+  if files.Exists(commentary_path):
+    commentary = files.ReadText(commentary_path)
   text = delta_bleu.Markdown(results, _DENSE.value, _MOE.value, _LARGER.value, commentary)
   files.WriteText(os.path.join(_OUT_DIR.value, 'RESULTS.md'), text)
   delta_bleu.Plot(results, os.path.join(_OUT_DIR.value, 'delta_bleu.png'))

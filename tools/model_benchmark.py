@@ -23,6 +23,7 @@ from lingvo_gshard.bench import steps as steps_lib
 from lingvo_gshard.bench import timing
 from lingvo_gshard.core import registry
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 from lingvo_gshard.utils import paths
 
 _MODELS = flags.DEFINE_list('models', ['M4TinyDense', 'M4TinyMoE'], 'Experiments to time.')
@@ -102,8 +103,7 @@ def main(argv):
     if _JSON.value == '-':
       print(text)
     else:
-      with open(_JSON.value, 'w') as f:
-        f.write(text + '\n')
+      files.WriteText(_JSON.value, text + '\n')
 
 
 if __name__ == '__main__':

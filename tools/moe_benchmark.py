@@ -37,6 +37,7 @@ import tensorflow as tf
 
 from lingvo_gshard.bench import moe_ffn
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _GROUPS = flags.DEFINE_integer('groups', 4, 'G: groups of tokens.', lower_bound=1)
 _GROUP_SIZE = flags.DEFINE_integer('group_size', 1024, 'S: tokens per group.', lower_bound=1)
@@ -114,8 +115,7 @@ def main(argv):
   if _JSON.value == '-':
     print(json.dumps(results, indent=1))
   elif _JSON.value:
-    with open(_JSON.value, 'w') as f:
-      json.dump(results, f, indent=1)
+    files.WriteText(_JSON.value, json.dumps(results, indent=1))
 
 
 if __name__ == '__main__':

@@ -21,6 +21,7 @@ from absl import app
 from absl import flags
 
 from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
 
 _MODEL = flags.DEFINE_string('model', None, 'Experiment trained in --logdir: a registered name, a dotted path or '
                              'path/to/file.py:Name.')
@@ -61,27 +62,26 @@ def _Log(line):
 
 def _CheckFlags():
   """Everything the flags decide, before TensorFlow is imported or anything is read or written."""
-  from lingvo_gshard.utils import files  # pylint: disable=g-import-not-at-top
   if _SAVED_MODEL.value is not None:
     if _MODEL.value or _LOGDIR.value or _CHECKPOINT.value or _DATA_DIR.value:
       _Fail('--saved_model translates with an export; --model, --logdir, --checkpoint and --data_dir name a run '
             'instead: give one or the other')
   elif not (_MODEL.value and _LOGDIR.value):
     _Fail('give --model and --logdir (a trained run), or --saved_model (an export)')
-  elif not os.path.isdir(_LOGDIR.value):
+  elif not files.IsDir(_LOGDIR.value):
     _Fail(f'--logdir={_LOGDIR.value}: no such directory')
   nbest, beam = _NBEST.value, _BEAM.value or _DEFAULTS['beam_size']
   if _SAVED_MODEL.value is None and nbest > beam:
     _Fail(f'--nbest={nbest} needs a beam of at least {nbest} (--beam_size={beam})')
-  if _INPUT.value != '-' and not os.path.isfile(_INPUT.value):
+  if _INPUT.value != '-' and not files.IsFile(_INPUT.value):
     _Fail(f'--input={_INPUT.value}: no such file')
   if _OUTPUT.value != '-':
-    if _INPUT.value != '-' and os.path.abspath(_OUTPUT.value) == os.path.abspath(_INPUT.value):
+    if _INPUT.value != '-' and files.AbsPath(_OUTPUT.value) == files.AbsPath(_INPUT.value):
       _Fail(f'--output={_OUTPUT.value} is the input file')
-    if os.path.isdir(_OUTPUT.value):
+    if files.IsDir(_OUTPUT.value):
       _Fail(f'--output={_OUTPUT.value}: a directory')
     try:
-      files.CheckWritableDir(os.path.dirname(os.path.abspath(_OUTPUT.value)), '--output')
+      files.CheckWritableDir(os.path.dirname(files.AbsPath(_OUTPUT.value)), '--output')
     except ValueError as e:
       _Fail(str(e))
 
@@ -121,7 +121,7 @@ def main(argv):
   from lingvo_gshard.serve import text_io  # pylint: disable=g-import-not-at-top
   options = text_io.Options(nbest=_NBEST.value, format=_FORMAT.value, errors=_ERRORS.value,
                             source_language=_SOURCE_LANGUAGE.value, buffer_size=_BUFFER.value)
-  stream = sys.stdin.buffer if _INPUT.value == '-' else open(_INPUT.value, 'rb')  # pylint: disable=consider-using-with
+  stream = sys.stdin.buffer if _INPUT.value == '-' else files.Open(_INPUT.value, 'rb')
   name = '<stdin>' if _INPUT.value == '-' else _INPUT.value
   interactive = _INPUT.value == '-' and sys.stdin.isatty()
   partial = None
@@ -135,15 +135,15 @@ def main(argv):
     else:
       # Written beside the output and moved over it at the end: an error leaves an earlier output whole.
       partial = f'{_OUTPUT.value}.partial-{os.getpid()}'
-      with open(partial, 'w', encoding='utf-8') as out:
+      with files.Open(partial, 'w') as out:
         counts = text_io.TranslateStream(t, stream, name, out, options, interactive, _Log)
-      os.replace(partial, _OUTPUT.value)
+      files.Rename(partial, _OUTPUT.value)
       partial = None
   except _common.UserErrors() + (export.ExportError,) as e:
     _Fail(str(e))
   finally:
-    if partial and os.path.exists(partial):
-      os.remove(partial)
+    if partial and files.Exists(partial):
+      files.Remove(partial)
     if stream is not sys.stdin.buffer:
       stream.close()
   if not interactive:

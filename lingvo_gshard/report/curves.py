@@ -17,6 +17,7 @@ from typing import Dict, List
 
 from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import dev_metrics
+from lingvo_gshard.utils import files
 
 
 def Points(logdir: str, test_set: str, average: str = 'top10') -> List[Dict]:
@@ -25,12 +26,11 @@ def Points(logdir: str, test_set: str, average: str = 'top10') -> List[Dict]:
   seconds = checkpoints.TrainSeconds(logdir)
   base = os.path.join(logdir, f'decode_{test_set}')
   out = []
-  for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+  for name in sorted(files.ListDir(base)) if files.IsDir(base) else []:
     path = os.path.join(base, name, 'results.json')
-    if not os.path.exists(path) or name not in seconds:
+    if not files.Exists(path) or name not in seconds:
       continue
-    with open(path) as f:
-      res = json.load(f)
+    res = json.loads(files.ReadText(path))
     avg = res['averages'].get(average)
     if avg is None:
       continue
@@ -77,7 +77,7 @@ def PlotDevLoss(runs: Dict[str, List[Dict]], path: str, metric: str = 'xent'):
     a.grid(alpha=0.3)
     a.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  files.SaveFigure(fig, path, dpi=110)
   plt.close(fig)
 
 
@@ -103,5 +103,5 @@ def Plot(runs: Dict[str, List[Dict]], path: str, title: str):
   axes[0][0].legend(fontsize=8)
   fig.suptitle(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  files.SaveFigure(fig, path, dpi=110)
   plt.close(fig)

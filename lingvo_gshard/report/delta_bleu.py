@@ -16,7 +16,6 @@ records of runs on another build, or from before data.json, are listed as not co
 or run score is None in results.json, a dash in the table and no point in the plot — never a zero.
 """
 import collections
-import glob
 import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -54,8 +53,7 @@ def AddRun(runs_dir: str, name: str, logdir: str, results: Dict) -> str:
   """Records one evaluated checkpoint of a multilingual run (an evaluate results.json) as
   RUNS/multilingual/<name>-<set>-<all|N>-<checkpoint>.json, with the corpus build it trained on (the run's
   data.json; {} for a run from before it); returns the path."""
-  with open(os.path.join(runs_dir, CORPUS_FILE)) as f:
-    corpus = json.load(f)['languages']
+  corpus = json.loads(files.ReadText(os.path.join(runs_dir, CORPUS_FILE)))['languages']
   seconds = checkpoints.TrainSeconds(logdir)
   ckpt = os.path.basename(results['checkpoint'])
   max_sentences = SampleSize(results, corpus)
@@ -80,12 +78,11 @@ def AddRun(runs_dir: str, name: str, logdir: str, results: Dict) -> str:
 
 def _Load(pattern: str) -> List[Dict]:
   out = []
-  for path in sorted(glob.glob(pattern)):
-    with open(path) as f:
-      try:
-        out.append(json.load(f))
-      except ValueError as e:
-        raise ValueError(f'{path}: not JSON ({e})') from None
+  for path in sorted(files.Glob(pattern)):
+    try:
+      out.append(json.loads(files.ReadText(path)))
+    except ValueError as e:
+      raise ValueError(f'{path}: not JSON ({e})') from None
   return out
 
 
@@ -97,10 +94,9 @@ def _Mean(values: Sequence[Optional[float]]) -> Optional[float]:
 def Build(runs_dir: str, test_set: str = 'test', max_sentences: int = 0) -> Dict:
   """results.json's content from the files under `runs_dir` (see the module docstring)."""
   path = os.path.join(runs_dir, CORPUS_FILE)
-  if not os.path.exists(path):
+  if not files.Exists(path):
     raise FileNotFoundError(f'{path}: missing (m4_report --data_dir=CORPUS writes it from the manifest)')
-  with open(path) as f:
-    corpus_file = json.load(f)
+  corpus_file = json.loads(files.ReadText(path))
   corpus = corpus_file['languages']
   def SameSample(r, lang):  # a whole-split score serves a sample when the split is no larger than it
     if not max_sentences:
@@ -295,5 +291,5 @@ def Plot(results: Dict, path: str, width_px: int = 1200, height_px: int = 480, d
     ax.text(0.5, 0.5, 'no language has both a bilingual and a multilingual score yet', ha='center',
             transform=ax.transAxes)
   fig.tight_layout()
-  fig.savefig(path, dpi=dpi)
+  files.SaveFigure(fig, path, dpi=dpi)
   plt.close(fig)

@@ -19,6 +19,7 @@ import numpy as np
 
 from lingvo_gshard.eval import evaluator
 from lingvo_gshard.eval import heldout
+from lingvo_gshard.utils import files as files_lib
 
 # results.json keys that change what a decode is; two decodes compared must agree on all of them.
 DECODE_SETTINGS = ('set', 'beam_size', 'length_alpha', 'no_repeat_ngram')
@@ -47,8 +48,7 @@ def _SplitLines(text: str) -> List[str]:
 
 
 def _Lines(path: str) -> List[str]:
-  with open(path, encoding='utf-8', newline='') as f:
-    return _SplitLines(f.read())
+  return _SplitLines(files_lib.ReadText(path))
 
 
 def _Buckets(results: Dict, results_path: str, languages: Optional[Sequence[str]]) -> Dict[str, str]:
@@ -70,19 +70,18 @@ def LoadDecodes(result_dir: str, languages: Optional[Sequence[str]] = None) -> D
   """Reads <lang>.hyp / <lang>.ref of an evaluator result directory (decode_<set>/ckpt-N) and the languages'
   buckets from its results.json. Raises ValueError naming the file for anything missing or misaligned."""
   results_path = os.path.join(result_dir, 'results.json')
-  if not os.path.exists(results_path):
+  if not files_lib.Exists(results_path):
     raise ValueError(f'{results_path}: no such file (not an evaluator result directory)')
-  with open(results_path) as f:
-    try:
-      results = json.load(f)
-    except ValueError as e:
-      raise ValueError(f'{results_path}: not JSON ({e})') from None
+  try:
+    results = json.loads(files_lib.ReadText(results_path))
+  except ValueError as e:
+    raise ValueError(f'{results_path}: not JSON ({e})') from None
   buckets = _Buckets(results, results_path, languages)
   hyps, refs = {}, {}
   for lang in buckets:
     hyp_path, ref_path = (os.path.join(result_dir, f'{lang}.{ext}') for ext in ('hyp', 'ref'))
     for path in (hyp_path, ref_path):
-      if not os.path.exists(path):
+      if not files_lib.Exists(path):
         raise ValueError(f'{path}: no such file')
     hyps[lang], refs[lang] = _Lines(hyp_path), _Lines(ref_path)
     if len(hyps[lang]) != len(refs[lang]):
@@ -96,7 +95,7 @@ def LoadArchive(path: str, languages: Optional[Sequence[str]] = None, data_dir: 
   (results.json) of each language's split, as the evaluator took them. Each rebuilt language's BLEU must equal
   the one results.json recorded, so a decode is never scored against another corpus's references."""
   try:
-    with tarfile.open(path) as tar:
+    with files_lib.Open(path, 'rb') as raw, tarfile.open(fileobj=raw) as tar:
       files = {os.path.normpath(m.name): tar.extractfile(m).read().decode('utf-8')
                for m in tar.getmembers() if m.isfile()}
   except (tarfile.TarError, OSError, EOFError, UnicodeDecodeError) as e:
