@@ -16,6 +16,7 @@ from lingvo_gshard.campaigns import bilingual_baselines
 from lingvo_gshard.core import sharding
 from lingvo_gshard.data import gettext_m4
 from lingvo_gshard.data import reader
+from lingvo_gshard.data import report
 from lingvo_gshard.eval import dev_eval
 from lingvo_gshard.params import bilingual
 from lingvo_gshard.report import delta_bleu
@@ -86,7 +87,7 @@ def test_plans_follow_the_tiers_and_budget(data_dir):
   assert [bilingual.Tier(n)[0] for n in (40000, 30000, 29999, 8000, 7999, 0)] == [
       'large', 'large', 'medium', 'medium', 'small', 'small']
   assert [bilingual.Steps(n) for n in (100, 2500, 3000, 10 ** 6)] == [1500, 1500, 1800, 2000]
-  with pytest.raises(ValueError, match='not in the corpus: xx'):
+  with pytest.raises(report.DataError, match=r"^languages: language 'xx' is not in the corpus \(2 languages\)$"):
     bilingual_baselines.Plan(reader.LoadManifest(data_dir), ['de', 'xx'])
 
 
@@ -281,7 +282,8 @@ def test_tools_check_their_input_in_one_line(data_dir, tmp_path):
       (['m4_report', f'--runs_dir={tmp_path}/none'], 'corpus.json: missing'),
       (['m4_report', f'--runs_dir={tmp_path}', '--add=moe'], 'expected NAME=LOGDIR'),
       (['m4_report', f'--runs_dir={tmp_path}', f'--add=moe={tmp_path}'], 'has no decode_test'),
-      (['train_baselines', f'--data_dir={data_dir}', '--languages=de,xx'], 'not in the corpus: xx'),
+      (['train_baselines', f'--data_dir={data_dir}', '--languages=de,xx'],
+       "language 'xx' is not in the corpus"),
       (['train_baselines', '--data_dir=/nonexistent'], '/nonexistent'),
       (['train_baselines', '--max_sentences=-1'], 'flag --max_sentences=-1: -1 is not a non-negative integer')]:
     out = subprocess.run([sys.executable, '-m', f'lingvo_gshard.tools.{args[0]}'] + args[1:],

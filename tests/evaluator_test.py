@@ -132,7 +132,7 @@ def test_tsv_errors_name_file_and_line(tmp_path):
     heldout.FromTsvDir(str(d), ['de'])
   (d / 'de.tsv').write_text('a\tb\n', encoding='utf-8')
   (d / 'xx.tsv').write_text('a\tb\n', encoding='utf-8')
-  with pytest.raises(report.DataError, match=r"xx\.tsv:1: unknown language 'xx'"):
+  with pytest.raises(report.DataError, match=r"xx\.tsv: language 'xx' is not in the languages the model was trained on"):
     heldout.FromTsvDir(str(d), ['de'])
   (d / 'xx.tsv').unlink()
   (d / 'ru.tsv').write_text('\n\n', encoding='utf-8')

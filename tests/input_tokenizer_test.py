@@ -148,7 +148,7 @@ def test_separate_models_learn_their_own_side(data_dir, tmp_path):
 def test_missing_data_dir_and_unknown_language(tmp_path, data_dir):
   with pytest.raises(report.DataError, match=r'manifest.json: no finished gettext_m4 build here'):
     tokenizer.EnsureVocabularies(str(tmp_path / 'nothing'), '', 'shared', 100, 100)
-  with pytest.raises(report.DataError, match=r"^language 'xx' is not in .*manifest.json \(4 languages\)$"):
+  with pytest.raises(report.DataError, match=r"^languages: language 'xx' is not in .*manifest.json \(4 languages\)$"):
     tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'shared', 100, 100, languages=['de', 'xx'])
   with pytest.raises(report.DataError, match=r"kind must be 'shared' or 'separate', got 'both'"):
     tokenizer.EnsureVocabularies(data_dir, str(tmp_path), 'both', 100, 100)
