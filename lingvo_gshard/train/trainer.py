@@ -181,22 +181,11 @@ class Trainer:
     self.chief = self.client in (None, 0)
     self.input_checkpoint = None  # multi-client: each client's input position, beside the checkpoint
 
-  def _OpenLogdir(self, manifest: Dict):
-    """Checks the log directory's checkpoints and corpus against this run, then writes what the run is
-    (params.txt, data.json, post_init_model_params.txt) and opens the checkpoint manager and summaries."""
-    logdir = self.logdir
-    self._lock = None
-    if self.chief:  # one trainer a log directory (the evaler job only reads it; other clients only save shards)
-      try:
-        self._lock = files.ProcessLock(os.path.join(logdir, LOCK_FILE)).Acquire()
-      except files.LockHeld as e:
-        raise ValueError(f'--logdir {logdir}: another trainer is running in it ({e}); wait for it to end or '
-                         'train into another --logdir') from None
-      if not self._lock.held:
-        self.log(f'--logdir {logdir}: object storage has no lock: a second trainer started on this log '
-                 'directory would not be refused')
+  def _CheckLogdir(self, manifest: Dict):
+    """The log directory's checkpoints and corpus record against this run (before anything is written in
+    it); returns (this run's corpus identity, the recorded one)."""
     # Before the manager reads the state file.
-    self.candidates = checkpoints.CheckpointCandidates(logdir, self.log, repair=self.chief)
+    self.candidates = checkpoints.CheckpointCandidates(self.logdir, self.log, repair=self.chief)
     # Another model's checkpoints are refused before anything in the log directory is rewritten.
     self._objects = checkpoints.CheckpointObjects(self.learner.model, self.learner.optimizer)
     self._matching = set()  # checkpoints already checked against the model
@@ -208,7 +197,33 @@ class Trainer:
       except checkpoints.Unreadable:
         continue  # Restore reports it and falls back
     data = corpus_identity.DataIdentity(manifest, self.inputs['train'].data_dir)
-    recorded = corpus_identity.CheckData(logdir, data, resuming=bool(self.candidates))
+    return data, corpus_identity.CheckData(self.logdir, data, resuming=bool(self.candidates))
+
+  def _OpenLogdir(self, manifest: Dict):
+    """Checks the log directory's checkpoints and corpus against this run, then writes what the run is
+    (params.txt, data.json, post_init_model_params.txt) and opens the checkpoint manager and summaries."""
+    logdir = self.logdir
+    self._lock = None
+    lock_path = os.path.join(logdir, LOCK_FILE)
+    lock_existed = files.Exists(lock_path)
+    if self.chief:  # one trainer a log directory (the evaler job only reads it; other clients only save shards)
+      try:
+        self._lock = files.ProcessLock(lock_path).Acquire()
+      except files.LockHeld as e:
+        raise ValueError(f'--logdir {logdir}: another trainer is running in it ({e}); wait for it to end or '
+                         'train into another --logdir') from None
+      if not self._lock.held:
+        self.log(f'--logdir {logdir}: object storage has no lock: a second trainer started on this log '
+                 'directory would not be refused')
+    try:
+      data, recorded = self._CheckLogdir(manifest)
+    except BaseException:
+      # A refused resume leaves the log directory as it found it: no lock file of this trainer's.
+      if self._lock is not None and self._lock.held:
+        if not lock_existed:
+          files.Remove(lock_path)  # while still held: no other trainer can have taken this file meanwhile
+        self._lock.Release()
+      raise
     if self.chief:
       self._WriteParams()
       # A run resumed from before data.json existed keeps no record: its first steps' corpus is unknown.
