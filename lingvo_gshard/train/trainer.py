@@ -13,7 +13,6 @@ What a run writes to its log directory (Lingvo/Praxis habits):
 import dataclasses
 import json
 import os
-import signal
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -31,6 +30,7 @@ from lingvo_gshard.train import checkpoints
 from lingvo_gshard.train import corpus_identity
 from lingvo_gshard.train import dev_metrics
 from lingvo_gshard.train import divergence
+from lingvo_gshard.train import signals as signals_lib
 from lingvo_gshard.train import progress as _progress
 from lingvo_gshard.utils import files
 from lingvo_gshard.utils import provenance
@@ -44,48 +44,16 @@ def _Unless(restore: Callable, path: str):
     raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
 
 
-class Preempted(Exception):
-  """SIGTERM or SIGINT arrived during training; a checkpoint of the current step was written."""
-
-  def __init__(self, signum: int, path: str):
-    super().__init__(f'{signal.Signals(signum).name}: saved {path}')
-    self.signum, self.path = signum, path
-
-
 # The share of the memory available at start above which an estimated run is said to risk being killed: the
 # estimate leaves out TensorFlow's own buffers, the input pipeline and compiled programs.
 _MEMORY_WARNING = 0.8
 
 
+Preempted = signals_lib.Preempted  # the trainer raises it: callers catch trainer.Preempted
+
+
 class Diverged(FloatingPointError):
   """The training loss stayed far above its lowest (learner.divergence_factor) with on_divergence 'stop'."""
-
-
-class _SignalsSaved:
-  """Within it, SIGTERM and SIGINT are recorded instead of killing the process (the loop then saves a
-  checkpoint and stops); outside the main thread (where handlers cannot be set) it changes nothing."""
-
-  def __init__(self):
-    self.received, self._old = 0, {}
-
-  def _Handle(self, signum, frame):  # pylint: disable=unused-argument
-    if self.received:  # a second signal: the user insists
-      signal.signal(signum, self._old.get(signum, signal.SIG_DFL))
-      os.kill(os.getpid(), signum)
-    self.received = signum
-
-  def __enter__(self):
-    for signum in (signal.SIGTERM, signal.SIGINT):
-      try:
-        self._old[signum] = signal.signal(signum, self._Handle)
-      except ValueError:  # not the main thread
-        pass
-    return self
-
-  def __exit__(self, *exc):
-    for signum, old in self._old.items():
-      signal.signal(signum, old)
-    return False
 
 
 @dataclasses.dataclass
@@ -462,7 +430,7 @@ class Trainer:
     if self.budget is not None and step:
       rows = files.ReadJsonl(os.path.join(self.logdir, checkpoints.CHECKPOINT_LOG))
       spent = max([r['train_seconds'] for r in rows if r['step'] <= step] or [0.0])
-    with _SignalsSaved() as signals:
+    with signals_lib.SignalsSaved() as signals:
       return self._Loop(data, step, signals, evaluate, began - spent)
 
   def _Loop(self, data, step, signals, evaluate, budget_start):
@@ -599,7 +567,7 @@ class Trainer:
 
   def _RaiseIfSignalled(self, signals, run: '_Run'):
     if signals.received:
-      raise Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{run.step}'))
+      raise signals_lib.Preempted(signals.received, os.path.join(self.logdir, f'ckpt-{run.step}'))
 
   def _Save(self, step, seconds):
     """Writes ckpt-<step> and appends {step, wall-clock of training so far, code commit} to checkpoints.jsonl
