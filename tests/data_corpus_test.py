@@ -113,7 +113,7 @@ def test_requested_languages_are_kept_exactly_and_unknown_ones_are_fatal():
   c, _ = _Assemble(units, languages=('pt_BR', 'fr'), dev_fraction=0.05, test_fraction=0.05)
   assert sorted(c.languages) == ['fr', 'pt-BR']
   with pytest.raises(report.DataError,
-                     match=r"^requested language 'xx' is not in the sources \(have: de, fr, pt-BR\)$"):
+                     match=r"^--languages: language 'xx' is not in the sources read \(3 languages\)$"):
     _Assemble(_Units({'de': 300, 'fr': 200, 'pt-BR': 100}), languages=('xx',))
 
 

@@ -94,8 +94,8 @@ def test_check_languages():
   manifest = {'languages': {'fr': {}, 'pt-BR': {}, 'de': {}}}
   assert mixture.CheckLanguages(manifest, [], '/d') == ['fr', 'pt-BR', 'de']
   assert mixture.CheckLanguages(manifest, ['de'], '/d') == ['de']
-  with pytest.raises(report.DataError, match=r"^language 'pt-PT' is not in /d/manifest.json \(3 languages; "
-                     r"closest: pt-BR\)$"):
+  with pytest.raises(report.DataError, match=r"^languages: language 'pt-PT' is not in /d/manifest.json; closest: "
+                     r"pt-BR \(Portuguese \(Brazil\)\) \(3 languages\)$"):
     mixture.CheckLanguages(manifest, ['de', 'pt-PT'], '/d')
   with pytest.raises(report.DataError, match='languages lists de more than once'):
     mixture.CheckLanguages(manifest, ['de', 'fr', 'de'], '/d')

@@ -182,7 +182,7 @@ def test_errors_are_one_line_and_name_the_problem(data_dir, tmp_path):
   with pytest.raises(report.DataError, match=_OneLine(r'nothing/manifest.json: no finished gettext_m4')):
     _Input(str(tmp_path / 'nothing'))
   with pytest.raises(report.DataError,
-                     match=r"^language 'xx' is not in [^\n]*manifest.json \(4 languages\)$"):
+                     match=r"^languages: language 'xx' is not in [^\n]*manifest.json \(4 languages\)$"):
     _Input(data_dir, languages=['de', 'xx'])
   with pytest.raises(report.DataError, match=_OneLine('input: data_dir is not set')):
     _Input('')

@@ -1,23 +1,18 @@
 """gshard_translate and gshard_export on a tiny trained run: the evaluator's translations in input order, empty
 lines, bad UTF-8, long sources, n-best, jsonl; a SavedModel that a fresh process with only TensorFlow and
 TensorFlow Text loads and that translates as gshard_translate does; refusals in one line."""
-import io
 import json
 import os
 import subprocess
 import sys
 
-from absl import flags
-from absl.testing import flagsaver
 import pytest
 
-from lingvo_gshard.core import registry
 from lingvo_gshard.core import sharding
 from lingvo_gshard.data import reader
 from lingvo_gshard.eval import evaluator
 from lingvo_gshard.serve import export
 from lingvo_gshard.serve import translator
-from lingvo_gshard.tools import translate as translate_tool
 from lingvo_gshard.train import trainer as trainer_lib
 from trainer_test import _SmallMoE
 from trainer_test import data_dir  # pylint: disable=unused-import  (the small built corpus fixture)
@@ -25,9 +20,9 @@ from trainer_test import data_dir  # pylint: disable=unused-import  (the small b
 _DATA_DIR_ENV = 'TRANSLATE_TEST_DATA_DIR'
 
 
-@registry.Register
 class TinyTranslator(_SmallMoE):
-  """_SmallMoE with the argument-free constructor the tools need (its corpus from the environment)."""
+  """_SmallMoE with the argument-free constructor the tools need (its corpus from the environment); the tools
+  take it as --model=<this file>:TinyTranslator (not registered: the registry is shared by every test)."""
 
   def __init__(self):
     super().__init__(os.environ[_DATA_DIR_ENV])
@@ -46,22 +41,17 @@ def run(data_dir, tmp_path_factory):
 
 
 def _Main(tool, args, stdin=b'', capsys=None):
-  """Runs a tool's main in this process with `args`; returns (exit status, stdout, last stderr line)."""
-  module = {'translate': translate_tool}[tool]
-  with flagsaver.flagsaver():
-    flags.FLAGS([tool] + args)
-    old_stdin = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin))
-    try:
-      module.main([tool])
-      status = 0
-    except SystemExit as e:
-      status = e.code
-    finally:
-      sys.stdin = old_stdin
-  out = capsys.readouterr()
-  err = out.err.strip().splitlines()
-  return status, out.out, err[-1] if err else ''
+  """Runs the tool's binary with `args` (--model=TinyTranslator meaning this file's class); returns (exit
+  status, stdout, last stderr line). A subprocess: two tools' flags cannot share a test worker."""
+  del capsys
+  args = [f'--model={os.path.abspath(__file__)}:TinyTranslator' if a == '--model=TinyTranslator' else a
+          for a in args]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.abspath(__file__))] +
+                                                     os.environ.get('PYTHONPATH', '').split(os.pathsep)))
+  out = subprocess.run([sys.executable, '-m', f'lingvo_gshard.tools.{tool}'] + args, input=stdin, env=env,
+                       capture_output=True, timeout=600)
+  err = out.stderr.decode('utf-8', errors='replace').strip().splitlines()
+  return out.returncode, out.stdout.decode('utf-8'), err[-1] if err else ''
 
 
 def test_translate_gives_the_evaluator_translations_in_input_order(run, tmp_path, capsys):
