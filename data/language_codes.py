@@ -92,9 +92,10 @@ def CheckNew(code: str, what: str, new_languages: Sequence[str] = ()) -> str:
     # `fre` and `fr` are one language: two spellings would split its data into two corpus languages.
     raise report_lib.DataError(f'{what}: write {code!r} as {standard} ({Name(standard)}), the tag the corpus '
                                'uses for it')
+  shown = code if code.isprintable() else repr(code)  # the error stays one line whatever was typed
   raise report_lib.DataError(
       f'{what}: {code!r} is not a registered language tag{_Hint(code)}; to add a language that has no '
-      f'tag, declare it with --new_languages={code}')
+      f'tag, declare it with --new_languages={shown}')
 
 
 def CheckIn(codes: Iterable[str], known: Sequence[str], what: str, where: str) -> List[str]:
