@@ -91,13 +91,13 @@ def _Translator():
   from lingvo_gshard.serve import translator  # pylint: disable=g-import-not-at-top
   if _SAVED_MODEL.value is not None:
     t = translator.FromSavedModel(_SAVED_MODEL.value)
-    given = {k: getattr(_FLAGS[k], 'value') for k in _DEFAULTS if _FLAGS[k].value is not None}
+    given = {k: flags.FLAGS[k].value for k in _DEFAULTS if flags.FLAGS[k].value is not None}
     fixed = {k: getattr(t.settings, k) for k in given if given[k] != getattr(t.settings, k)}
     if fixed:
       raise ValueError(f'--saved_model={_SAVED_MODEL.value} was exported with '
                        + ', '.join(f'--{k}={v}' for k, v in fixed.items()) + '; export it again to change them')
   else:
-    settings = {k: _FLAGS[k].value if _FLAGS[k].value is not None else v for k, v in _DEFAULTS.items()}
+    settings = {k: v if flags.FLAGS[k].value is None else flags.FLAGS[k].value for k, v in _DEFAULTS.items()}
     t = translator.FromRun(_common.Experiment(_MODEL.value), _LOGDIR.value, _DATA_DIR.value, _CHECKPOINT.value,
                            log=lambda line: None, **settings)
   if _NBEST.value > t.settings.beam_size:
@@ -107,8 +107,6 @@ def _Translator():
                            'the languages the model was trained on')
   return t
 
-
-_FLAGS = flags.FLAGS
 
 
 def main(argv):

@@ -190,7 +190,7 @@ class Evaluator:
     languages, signatures = self._Score(test_set, hyps, truncated, manifest, previous)
     self._WriteHypotheses(test_set, hyps)
     out = {'experiment': type(self.exp).__name__, 'checkpoint': self.checkpoint,
-           'step': _CheckpointStep(self.checkpoint), 'set': test_set.name, 'beam_size': self.beam_size,
+           'step': CheckpointStep(self.checkpoint), 'set': test_set.name, 'beam_size': self.beam_size,
            'length_alpha': self.length_alpha, 'no_repeat_ngram': self.no_repeat_ngram,
            'bleu_signature': signatures[0] or previous.get('bleu_signature', ''),
            'chrf_signature': signatures[1] or previous.get('chrf_signature', ''), 'languages': languages,
@@ -303,7 +303,8 @@ def _Examples(test_set: heldout.TestSet, hyps: List[str], examples: int) -> List
   return rows
 
 
-def _CheckpointStep(path: str) -> int:
+def CheckpointStep(path: str) -> int:
+  """The step of a ckpt-N path (-1 for another name)."""
   try:
     return int(path.rsplit('-', 1)[1])
   except (IndexError, ValueError):
@@ -315,7 +316,7 @@ def LatestResultDir(logdir: str, test_set_name: str) -> Optional[str]:
   base = os.path.join(logdir, f'decode_{test_set_name}')
   if not files.IsDir(base):
     return None
-  found = [(_CheckpointStep(d), d) for d in files.ListDir(base)
+  found = [(CheckpointStep(d), d) for d in files.ListDir(base)
            if files.Exists(os.path.join(base, d, 'results.json'))]
   return os.path.join(base, max(found)[1]) if found else None
 

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from lingvo_gshard.data import reader
 from lingvo_gshard.eval import batching
+from lingvo_gshard.eval import evaluator as evaluator_lib
 from lingvo_gshard.input import tokenizer
 from lingvo_gshard.models import decoding
 from lingvo_gshard.train import corpus_identity
@@ -95,7 +96,7 @@ def Metadata(evaluator, exp_name: str) -> Dict:
   ev = evaluator
   return {
       'format_version': FORMAT_VERSION, 'experiment': exp_name, 'checkpoint': os.path.basename(ev.checkpoint),
-      'step': _Step(ev.checkpoint), 'logdir': ev.logdir, 'beam_size': ev.beam_size,
+      'step': evaluator_lib.CheckpointStep(ev.checkpoint), 'logdir': ev.logdir, 'beam_size': ev.beam_size,
       'length_alpha': ev.length_alpha, 'no_repeat_ngram': ev.no_repeat_ngram, 'batch_tokens': ev.batch_tokens,
       'max_source_length': ev.max_src_len, 'max_target_length': ev.max_tgt_len,
       'buckets': batching.Buckets(ev.max_src_len), 'target_language': tokenizer.TARGET_LANGUAGE,
@@ -105,13 +106,6 @@ def Metadata(evaluator, exp_name: str) -> Dict:
       'target_spm_sha256': hashlib.sha256(ev.tgt_vocab.model_bytes).hexdigest(),
       'exported_at': time.strftime('%Y-%m-%dT%H:%M:%S'),
   }
-
-
-def _Step(path: str) -> int:
-  try:
-    return int(path.rsplit('-', 1)[1])
-  except (IndexError, ValueError):
-    return -1
 
 
 def CheckTarget(export_dir: str, overwrite: bool) -> None:
