@@ -124,3 +124,24 @@ def test_a_stray_argument_is_one_line_too(tool, tmp_path):
   lines = [l for l in out.stderr.splitlines() if l.startswith(f'{tool}: ')]
   assert out.returncode == 1 and lines == [f'{tool}: unexpected arguments: stray'], out.stderr[-2000:]
   assert 'Traceback' not in out.stderr and os.listdir(tmp_path) == []
+
+
+def test_the_suite_imports_at_most_one_tool_in_its_own_process():
+  """Tools define their flags in absl's one global FLAGS, and two tools share flag names (--data_dir, --model):
+  a test worker that imported two would fail to collect. Every test file is collected by every worker, so
+  across the suite at most one tool (besides _common) may be imported in-process; others run as binaries."""
+  imported = {}
+  for path in glob.glob(os.path.join(_REPO, 'tests', '*.py')):
+    tree = ast.parse(open(path).read())
+    for node in ast.walk(tree):
+      names = []
+      if isinstance(node, ast.ImportFrom) and node.module == 'lingvo_gshard.tools':
+        names = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and (node.module or '').startswith('lingvo_gshard.tools.'):
+        names = [node.module.split('.')[2]]
+      elif isinstance(node, ast.Import):
+        names = [a.name.split('.')[2] for a in node.names if a.name.startswith('lingvo_gshard.tools.')]
+      for name in names:
+        if name != '_common':
+          imported.setdefault(name, []).append(os.path.basename(path))
+  assert len(imported) <= 1, imported

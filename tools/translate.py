@@ -122,7 +122,6 @@ def main(argv):
   stream = sys.stdin.buffer if _INPUT.value == '-' else files.Open(_INPUT.value, 'rb')
   name = '<stdin>' if _INPUT.value == '-' else _INPUT.value
   interactive = _INPUT.value == '-' and sys.stdin.isatty()
-  partial = None
   try:
     t = _Translator()
     startup = time.time() - began
@@ -131,17 +130,10 @@ def main(argv):
     if _OUTPUT.value == '-':
       counts = text_io.TranslateStream(t, stream, name, sys.stdout, options, interactive, _Log)
     else:
-      # Written beside the output and moved over it at the end: an error leaves an earlier output whole.
-      partial = f'{_OUTPUT.value}.partial-{os.getpid()}'
-      with files.Open(partial, 'w') as out:
-        counts = text_io.TranslateStream(t, stream, name, out, options, interactive, _Log)
-      files.Rename(partial, _OUTPUT.value)
-      partial = None
+      counts = text_io.TranslateInto(t, stream, name, _OUTPUT.value, options, interactive, _Log)
   except _common.UserErrors() + (export.ExportError,) as e:
     _Fail(str(e))
   finally:
-    if partial and files.Exists(partial):
-      files.Remove(partial)
     if stream is not sys.stdin.buffer:
       stream.close()
   if not interactive:

@@ -2,8 +2,11 @@
 text or JSON lines in input order, and counting what was empty, cut or not UTF-8 (gshard_translate's core)."""
 import dataclasses
 import json
+import os
 import time
 from typing import Callable, Iterator, List, Tuple
+
+from lingvo_gshard.utils import files
 
 
 @dataclasses.dataclass
@@ -110,3 +113,18 @@ def TranslateStream(translator, stream, name: str, out, options: Options, intera
   if rows:
     Flush()
   return counts
+
+
+def TranslateInto(translator, stream, name: str, output_path: str, options: Options, interactive: bool = False,
+                  log: Callable[[str], None] = lambda line: None) -> Counts:
+  """TranslateStream into the file `output_path` (local or a URL). The output is written beside it and moved
+  over it at the end, so an error leaves an earlier output whole and no partial file behind."""
+  partial = f'{output_path}.partial-{os.getpid()}'
+  try:
+    with files.Open(partial, 'w') as out:
+      counts = TranslateStream(translator, stream, name, out, options, interactive, log)
+    files.Rename(partial, output_path)
+    return counts
+  finally:
+    if files.Exists(partial):
+      files.Remove(partial)
