@@ -88,6 +88,11 @@ class GatingResult(tf.experimental.ExtensionType):
       0; only the residual connection carries them).
     kept_per_token: scalar, mean number of kept choices per non-padding token (expert FFN calls per token).
     slot_usage: scalar, fraction of the G*E*C expert buffer slots that hold a token.
+    router_z_loss: scalar, ST-MoE's z-loss: mean over non-padding tokens of logsumexp(logits)^2. Differentiable
+      (its gradient reaches the logits only); a model adds it to its loss with its own weight.
+    router_logit_max: scalar, the largest |logit| over non-padding tokens (what the z-loss keeps small).
+    expert_tokens: E float32, non-padding tokens whose first choice is e, summed over groups (a language's
+      routing profile: tools/expert_map.py adds these up per language).
     token_index: G`E`C int32 or None. Expert-choice only: the token in each (expert, slot), S when empty.
     token_gate: G`E`C float32 or None. Expert-choice only: the gate of that token, 0 when empty.
   """
@@ -103,6 +108,9 @@ class GatingResult(tf.experimental.ExtensionType):
   dropped_fraction: tf.Tensor
   kept_per_token: tf.Tensor
   slot_usage: tf.Tensor
+  router_z_loss: tf.Tensor
+  router_logit_max: tf.Tensor
+  expert_tokens: tf.Tensor
   token_index: typing.Optional[tf.Tensor] = None
   token_gate: typing.Optional[tf.Tensor] = None
 
@@ -137,6 +145,8 @@ class GatingResult(tf.experimental.ExtensionType):
         'dropped_fraction': self.dropped_fraction,
         'kept_per_token': self.kept_per_token,
         'slot_usage': self.slot_usage,
+        'router_z_loss': self.router_z_loss,
+        'router_logit_max': self.router_logit_max,
         # 1.0 = perfectly balanced first choices; E = every token prefers one expert.
         'load_max_over_mean': tf.reduce_max(self.load) * float(self.num_experts),
     }
@@ -449,6 +459,9 @@ def _finish(logits, probs, nonpad, claim_1, capacity, *, expert_index, position,
   log_probs = tf.nn.log_softmax(logits, axis=-1)
   entropy = -tf.reduce_sum(probs * log_probs, axis=-1)  # GS
   router_entropy = tf.reduce_sum(entropy * nonpad_f) / safe_tokens
+  log_z = tf.reduce_logsumexp(logits, axis=-1)  # GS
+  router_z_loss = tf.reduce_sum(tf.square(log_z) * nonpad_f) / safe_tokens
+  router_logit_max = tf.reduce_max(tf.where(nonpad[..., tf.newaxis], tf.abs(logits), 0.0))
 
   # Load balancing, per group over its non-padding tokens, then averaged over the groups holding any.
   group_tokens = tf.reduce_sum(nonpad_f, axis=1)  # G
@@ -467,4 +480,6 @@ def _finish(logits, probs, nonpad, claim_1, capacity, *, expert_index, position,
       expert_index=expert_index, position=position, gate=gate, capacity=capacity,
       num_experts=num_experts, aux_loss=aux_loss, load=load, overflow=overflow,
       router_entropy=router_entropy, dropped_fraction=dropped_fraction, kept_per_token=kept_per_token,
-      slot_usage=slot_usage, token_index=token_index, token_gate=token_gate)
+      slot_usage=slot_usage, router_z_loss=router_z_loss,
+      router_logit_max=tf.stop_gradient(router_logit_max),
+      expert_tokens=tf.cast(tf.reduce_sum(claim_1, axis=[0, 1]), tf.float32), token_index=token_index, token_gate=token_gate)

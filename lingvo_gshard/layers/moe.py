@@ -97,7 +97,9 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
             activation: Callable[[tf.Tensor], tf.Tensor] = tf.nn.relu, min_capacity: int = 4,
             capacity: Optional[int] = None, annotate: Optional[Callable] = None,
             island: Optional[Callable[[Callable], Callable]] = None,
-            wi_layout: str = 'emh', hidden_dropout: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
+            wi_layout: str = 'emh', hidden_dropout: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+            router_input_noise: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+            expert_output_mask: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
             ) -> Tuple[tf.Tensor, tf.Tensor, Dict[str, tf.Tensor]]:
   """Mixture-of-Experts FFN: each token is processed by its gated experts and the outputs are combined.
 
@@ -133,6 +135,10 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
       their own layouts (docs/guides/design_measurements.md).
     hidden_dropout: applied to the experts' hidden activations [E, G·C, H] after `activation` (e.g. dropout
       while training; row g·C + c of expert e is its slot c of group g); identity if None.
+    router_input_noise: applied to the router's input [G,S,M] only (the experts see x as it is), e.g.
+      Switch Transformer's jitter while training; identity if None.
+    expert_output_mask: applied to the experts' outputs [E, G·C, M] before they are combined, e.g. NLLB-200's
+      expert output masking (whole slot rows zeroed) while training; identity if None.
 
   Returns:
     (y, aux_loss, stats): y [G,S,M] in x's dtype, zero for tokens whose choices were all dropped; aux_loss
@@ -141,7 +147,9 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
       load_max, load_mean, load_max_over_mean: of `load` (load_max_over_mean is 1 when balanced);
       expert_fill [E]: mean fraction of expert e's C slots used per group (after drops);
       overflow_1, overflow_2 (top-2): fraction of first / second choices dropped for lack of capacity;
-      router_entropy, dropped_fraction (tokens routed nowhere), kept_per_token, slot_usage, aux_loss.
+      router_entropy, dropped_fraction (tokens routed nowhere), kept_per_token, slot_usage, aux_loss;
+      router_z_loss (differentiable, for a model that adds it to its loss), router_logit_max;
+      expert_tokens [E]: tokens whose first choice is e (counts, for per-language routing maps).
   """
   annotate = annotate or _identity
   x = tf.convert_to_tensor(x)
@@ -191,15 +199,17 @@ def moe_ffn(x, w_gate, wi, wo, *, capacity_factor: float = 2.0, dispatch: str = 
   x = annotate(x, ('group', 'length', 'model'))
   # The router matmul stays out of the islands, with the expert matmuls: at E=128 it is 3% of the step's
   # FLOPs, and TF's kernels run it faster than XLA's CPU dots (docs/guides/design_measurements.md).
-  logits = router_logits(x, w_gate)
+  logits = router_logits(router_input_noise(x) if router_input_noise else x, w_gate)
   expert_in, to_combine, aux_loss, stats = _route_and_dispatch(x, logits, paddings, seed)
 
   expert_out = _expert_ffn(expert_in, tf.cast(wi, x.dtype), tf.cast(wo, x.dtype), activation, annotate,
-                           wi_transposed=wi_layout == 'ehm', hidden_dropout=hidden_dropout)
+                           wi_transposed=wi_layout == 'ehm', hidden_dropout=hidden_dropout,
+                           output_mask=expert_output_mask)
   return _combine(expert_out, to_combine), aux_loss, stats
 
 
-def _expert_ffn(expert_in, wi, wo, activation, annotate, wi_transposed=False, hidden_dropout=None):
+def _expert_ffn(expert_in, wi, wo, activation, annotate, wi_transposed=False, hidden_dropout=None,
+                output_mask=None):
   """[E,G,C,M] -> [E,G,C,M]: each expert's FFN on its G·C slots.
 
   Batched matmuls on [E, G·C, M] rather than einsums on [E,G,C,M]: the reshapes are free (XLA bitcasts,
@@ -216,6 +226,8 @@ def _expert_ffn(expert_in, wi, wo, activation, annotate, wi_transposed=False, hi
   hidden = annotate(tf.reshape(hidden, [num_experts, -1, capacity, hidden_dim]),
                     ('expert', 'group', 'capacity', 'hidden'))
   expert_out = tf.matmul(tf.reshape(hidden, [num_experts, -1, hidden_dim]), wo)
+  if output_mask is not None:
+    expert_out = output_mask(expert_out)
   return annotate(tf.reshape(expert_out, [num_experts, -1, capacity, model_dim]),
                   ('expert', 'group', 'capacity', 'model'))
 
@@ -229,5 +241,6 @@ def _stats(routing: gating_lib.GatingResult, slot_used) -> Dict[str, tf.Tensor]:
       load_mean=tf.reduce_mean(routing.load),
       load_max_over_mean=tf.reduce_max(routing.load) / tf.maximum(tf.reduce_mean(routing.load), 1e-9),
       expert_fill=tf.reduce_mean(slot_used, axis=[0, 2]),
+      expert_tokens=routing.expert_tokens,
   )
   return stats

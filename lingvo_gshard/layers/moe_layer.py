@@ -57,6 +57,13 @@ class MoELayer(base_layer.BaseLayer):
              "Dropout on the experts' hidden activations while training (the dense FFN's relu_dropout_prob, "
              "Praxis's MoE relu_dropout_prob; Switch Transformer's 'expert dropout'). Empty slots are zeros "
              'either way.', domains.Probability())
+    p.Define('router_jitter', 0.0,
+             "Switch Transformer's jitter: while training, the router's input (not the experts') is multiplied "
+             'elementwise by U(1 - eps, 1 + eps); 0 = off.', domains.Probability())
+    p.Define('expert_output_mask_prob', 0.0,
+             "NLLB-200's expert output masking (EOM): while training, each expert output of a token (a filled "
+             'slot: one of its top-k choices) is zeroed with this probability, the others scaled by 1/(1-p) so '
+             'that the expectation is the evaluation output; 0 = off.', domains.Probability())
     p.Define('wi_layout', 'emh',
              "Storage of the first expert matmul: 'emh' ([E,M,H], the paper's) or 'ehm' ([E,H,M], used "
              "transposed): the same values in another storage order, a speed choice that depends on how steps "
@@ -137,6 +144,25 @@ class MoELayer(base_layer.BaseLayer):
         island=compile_hints.Island,  # compiled on its own where the runtime says so
         wi_layout=p.wi_layout,
         hidden_dropout=(lambda h: base_layer.Dropout(h, p.relu_dropout_prob, seed, f'{self.path}.relu'))
-        if training and p.relu_dropout_prob else None)
+        if training and p.relu_dropout_prob else None,
+        router_input_noise=(lambda t: _Jitter(t, p.router_jitter, base_layer.FoldSeed(seed, f'{self.path}.jitter')))
+        if training and p.router_jitter else None,
+        expert_output_mask=(lambda t: _MaskRows(t, p.expert_output_mask_prob,
+                                                base_layer.FoldSeed(seed, f'{self.path}.eom')))
+        if training and p.expert_output_mask_prob else None)
     y = sharding.shard(tf.reshape(y, [b, l, m]), ('batch', 'length', 'model'))
     return y, aux, stats
+
+
+def _Jitter(x, eps, seed):
+  """x * U(1 - eps, 1 + eps), elementwise (Switch Transformer's router jitter)."""
+  noise = tf.random.stateless_uniform(tf.shape(x), seed, minval=1.0 - eps, maxval=1.0 + eps, alg='philox')
+  return x * tf.cast(noise, x.dtype)
+
+
+def _MaskRows(rows, rate, seed):
+  """[E, N, M] expert outputs: each row (one slot's output, i.e. one token's output from one expert) zeroed
+  with probability `rate`, the kept rows scaled by 1/(1 - rate)."""
+  shape = tf.shape(rows)
+  keep = tf.random.stateless_uniform(tf.stack([shape[0], shape[1], 1]), seed, alg='philox') >= rate
+  return rows * tf.cast(keep, rows.dtype) * tf.cast(1.0 / (1.0 - rate), rows.dtype)

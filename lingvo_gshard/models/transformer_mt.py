@@ -41,6 +41,10 @@ class TransformerMT(base_layer.BaseLayer):
     p.Define('label_smoothing', 0.1, 'Label smoothing of the cross-entropy.', domains.Probability())
     p.Define('aux_loss_weight', 0.01, 'Coefficient of the summed MoE load-balancing losses.',
              domains.NonNegative())
+    p.Define('router_z_loss_weight', 0.0,
+             "Coefficient of the MoE layers' summed router z-loss (ST-MoE: the mean of logsumexp(router "
+             "logits)^2; Hugging Face NLLB-MoE's router_z_loss_coef, ST-MoE used 1e-3); 0 = off. Logged as "
+             "'router_z_loss' either way.", domains.NonNegative())
     return p
 
   @classmethod
@@ -138,6 +142,12 @@ class TransformerMT(base_layer.BaseLayer):
     loss = tf.reduce_sum(per_token_loss * weights) / num_tokens + self.p.aux_loss_weight * aux
     metrics = {'loss': loss, 'xent': xent, 'aux_loss': aux, 'num_tokens': num_tokens,
                'per_token_xent': per_token_xent}
+    z_losses = [layer_stats['router_z_loss'] for layer_stats in stats.values() if 'router_z_loss' in layer_stats]
+    if z_losses:
+      metrics['router_z_loss'] = tf.add_n(z_losses)
+      if self.p.router_z_loss_weight:
+        loss += self.p.router_z_loss_weight * metrics['router_z_loss']
+        metrics['loss'] = loss
     for layer_name, layer_stats in stats.items():
       for k, v in layer_stats.items():
         metrics[f'moe/{layer_name}/{k}'] = v
