@@ -61,6 +61,7 @@ setuptools.setup(
             'gshard_m4_report = lingvo_gshard.tools.m4_report:run',
             'gshard_compare_runs = lingvo_gshard.tools.compare_runs:run',
             'gshard_translate = lingvo_gshard.tools.translate:run',
+            'gshard_expert_map = lingvo_gshard.tools.expert_map:run',
             'gshard_export = lingvo_gshard.tools.export:run',
             'gshard_average_checkpoints = lingvo_gshard.tools.average_checkpoints:run',
         ],

@@ -113,7 +113,8 @@ _REQUIRED = {'prepare_data': ['--data_dir={tmp}/data'], 'input_benchmark': ['--d
              'evaluate': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'], 'learning_curves': ['--runs=a={tmp}/a'],
              'trainer': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'],
              'export': ['--model=M4TinyMoE', '--logdir={tmp}/logdir', '--export_dir={tmp}/export'],
-             'serving_benchmark': ['--logdir={tmp}/logdir']}
+             'serving_benchmark': ['--logdir={tmp}/logdir'],
+             'expert_map': ['--model=M4TinyMoE', '--logdir={tmp}/logdir']}
 
 
 @pytest.mark.parametrize('tool', _TOOLS)

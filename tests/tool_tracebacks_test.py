@@ -39,6 +39,8 @@ _CASES = {
     'compare_runs': [['--a=x', '--b=y={empty}'], ['--a=x={empty}', '--b=y={file}']],
     'decode_benchmark': [['--model=NoSuchModel', '--data_dir={garbage_manifest}']],
     'export': [['--model=M4TinyMoE', '--logdir={garbage_state}', '--export_dir={new}']],
+    'expert_map': [['--model=M4TinyMoE', '--logdir={garbage_state}'],
+                   ['--model=M4TinyMoE', '--logdir={empty}', '--output_dir={file}']],
     'evaluate': [
         ['--model=M4TinyMoE', '--logdir={file}'],
         ['--model=M4TinyMoE', '--logdir={empty}', '--baselines=/runs/no_placeholder'],

@@ -46,20 +46,25 @@ class DevEvaler:
     self.languages = self.dev.Instantiate(log=lambda line: None).languages if per_language_batches else []
     self._batches: Dict[str, List[Dict[str, np.ndarray]]] = {}  # '' (all languages) or a language: DevBatches
 
-  def _Batches(self, lang: str = '') -> List[Dict[str, np.ndarray]]:
+  def Batches(self, lang: str = '') -> List[Dict[str, np.ndarray]]:
+    """The dev batches of every language (''), or `per_language_batches` of one language; read once."""
     if lang not in self._batches:
       self._batches[lang] = (dev_metrics.DevBatches(self.dev.Copy().Set(languages=[lang]), self.per_language_batches)
                              if lang else dev_metrics.DevBatches(self.dev, self.eval_batches))
     return self._batches[lang]
 
-  def EvalCheckpoint(self, path: str) -> Dict[str, float]:
-    """Restores `path`, returns {metric: value, 'xent/<lang>': ...} and writes them for step N."""
+  def Restore(self, path: str) -> int:
+    """Loads checkpoint `path` (checked against the model first) into the model; returns its step."""
     checkpoints.CheckCheckpoint(path, self.objects)
     tf.train.Checkpoint(**self.objects).restore(path).expect_partial()
-    step = checkpoints.Step(path)
-    out = dev_metrics.DevMetrics(self.learner, self._Batches()) or {}
+    return checkpoints.Step(path)
+
+  def EvalCheckpoint(self, path: str) -> Dict[str, float]:
+    """Restores `path`, returns {metric: value, 'xent/<lang>': ...} and writes them for step N."""
+    step = self.Restore(path)
+    out = dev_metrics.DevMetrics(self.learner, self.Batches()) or {}
     for lang in self.languages:
-      m = dev_metrics.DevMetrics(self.learner, self._Batches(lang))
+      m = dev_metrics.DevMetrics(self.learner, self.Batches(lang))
       if m:
         out[f'xent/{lang}'] = m['xent']
     with self.writer.as_default():

@@ -40,6 +40,7 @@ class Learner:
                                                     trainable=False)
     self._train = self.runner.Compile(self._TrainStep)
     self._eval = self.runner.Compile(self._EvalStep)
+    self._routing = None  # compiled at its first use: only the expert map asks for it
 
   def SetScheduleEnd(self, total_steps: int):
     """Moves the end of the optimizer's decaying schedule (a time budget decides it inside the warm-up); the
@@ -78,6 +79,18 @@ class Learner:
     with sharding.use(self.partitioner):
       _, metrics = self.model.FProp(batch, None)
       return {k: v for k, v in metrics.items() if v.shape.rank == 0}
+
+  def _RoutingStep(self, batch):
+    with sharding.use(self.partitioner):
+      _, metrics = self.model.FProp(batch, None)
+      return {k: v for k, v in metrics.items() if k.endswith('/expert_tokens')}
+
+  def RoutingStep(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """{'moe/<stack>/<layer>/expert_tokens': [E] tokens of `batch` whose first choice is each expert} as an
+    evaluation routes them (no seed); empty for a dense model."""
+    if self._routing is None:
+      self._routing = self.runner.Compile(self._RoutingStep)
+    return {k: self.Fetch(v) for k, v in self._routing(self.PlaceBatch(batch)).items()}
 
   def PlaceBatch(self, batch: Dict[str, np.ndarray]):
     return {k: self.partitioner.ToDevice(v, BATCH_AXES[:np.ndim(v)]) for k, v in batch.items()}
