@@ -8,6 +8,11 @@ No test may depend on what the machine holds outside the test's own temporary di
 else, HOME and the default data directory ($LINGVO_GSHARD_DATA_DIR, else /tmp/gshard_data) point at empty
 directories made for this process, so a test that reads a corpus someone built into /tmp, or a cache under
 ~, fails here as it would on a fresh machine (tests/fresh_machine_test.py checks that this holds).
+
+Compiled XLA programs are kept for the run in one directory the pytest workers and every subprocess they
+start share (TensorFlow's persistent compilation cache, keyed by the program): many tests train and decode
+the same tiny models in processes of their own, and each would otherwise compile them again. The directory
+is made fresh for each run and removed after it, so no run reads another's.
 """
 import atexit
 import os
@@ -23,6 +28,13 @@ os.environ['LINGVO_GSHARD_DATA_DIR'] = os.path.join(ISOLATED_ROOT, 'data')
 os.environ['LINGVO_GSHARD_ISOLATED_ROOT'] = ISOLATED_ROOT  # for the check, and inherited by subprocesses
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+if 'LINGVO_GSHARD_TEST_XLA_CACHE' not in os.environ:  # the first process of the run (pytest's, not a worker's)
+  os.environ['LINGVO_GSHARD_TEST_XLA_CACHE'] = tempfile.mkdtemp(prefix='lingvo_gshard_xla_cache_')
+  atexit.register(shutil.rmtree, os.environ['LINGVO_GSHARD_TEST_XLA_CACHE'], ignore_errors=True)
+_CACHE_FLAG = '--tf_xla_persistent_cache_directory=' + os.environ['LINGVO_GSHARD_TEST_XLA_CACHE']
+if _CACHE_FLAG not in os.environ.get('TF_XLA_FLAGS', ''):
+  os.environ['TF_XLA_FLAGS'] = (os.environ.get('TF_XLA_FLAGS', '') + ' ' + _CACHE_FLAG).strip()
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
