@@ -26,6 +26,7 @@ from lingvo_gshard.data import report as report_lib
 from lingvo_gshard.input import mixture
 from lingvo_gshard.input import packing
 from lingvo_gshard.input import tokenizer
+from lingvo_gshard.utils import files
 
 # tf.data traces map functions with AutoGraph by default; ours have no Python control flow on tensors (the
 # packing loop is an explicit tf.while_loop), and converting them is most of building a pipeline.
@@ -49,7 +50,52 @@ def VocabParams():
   p.Define('sample_sentences', 300000, 'Sentences SentencePiece is trained on (per model).', domains.Positive(int))
   p.Define('seed', 1, 'Seed of the text sample.', domains.NonNegative(int))
   p.Define('train_if_missing', True, 'Train a missing model on first use (else it is an error).')
+  p.Define('model_path', '', "A SentencePiece .model of your own for the source side (kind 'shared': both "
+           "sides) instead of one trained here: laid out with pad, eos, unk and the language tags first "
+           '(input/user_vocab.py; segmentation unchanged), its size (after tags added) must be source_size.')
+  p.Define('target_model_path', '', "Your own target model (kind 'separate'; needs model_path too).")
+  p.Define('model_sha256', '', "sha256 of model_path's file, recorded when a run starts ('': not yet); a "
+           'file that changed since is refused.')
+  p.Define('target_model_sha256', '', 'The same for target_model_path.')
   return p
+
+
+def UserModels(vocab, key: str = 'vocab') -> dict:
+  """{side: (path, sha256)} of a VocabParams' own models ({} when it trains its own); ValueError naming the
+  param (`key`.model_path ...) when they do not fit its kind."""
+  if not vocab.model_path and not vocab.target_model_path:
+    return {}
+  if vocab.kind == 'shared':
+    if vocab.target_model_path:
+      raise ValueError(f"{key}.target_model_path: a shared vocabulary has one model ({key}.model_path); use "
+                       "kind 'separate' for two")
+    return {'shared': (vocab.model_path, vocab.model_sha256)}
+  if not (vocab.model_path and vocab.target_model_path):
+    raise ValueError(f"{key}.model_path and {key}.target_model_path: a 'separate' vocabulary takes both "
+                     'models (or neither)')
+  return {'source': (vocab.model_path, vocab.model_sha256),
+          'target': (vocab.target_model_path, vocab.target_model_sha256)}
+
+
+def CheckUserVocab(input_params, key: str = 'input') -> None:
+  """An input's own SentencePiece models (vocab.model_path ...): that they fit the vocabulary's kind, exist,
+  and adopted (user_vocab.Adopt) have the declared sizes; records their files' sha256 in the params. Called
+  before a run writes anything (a file changed under a trained run is then refused). Raises ValueError or
+  DataError naming the param or the file."""
+  from lingvo_gshard.input import user_vocab  # pylint: disable=g-import-not-at-top
+  vocab = input_params.vocab
+  models = UserModels(vocab, f'{key}.vocab')
+  if not models:
+    return
+  for path, _ in models.values():
+    if not files.IsFile(path):
+      raise ValueError(f'{key}.vocab: {path}: no such SentencePiece model')
+  for path_key, sha_key in (('model_path', 'model_sha256'), ('target_model_path', 'target_model_sha256')):
+    if vocab.Get(path_key) and not vocab.Get(sha_key):
+      vocab.Set(**{sha_key: user_vocab.Sha256(vocab.Get(path_key))})
+  tokenizer.EnsureVocabularies(input_params.data_dir, vocab.dir, vocab.kind, vocab.source_size, vocab.target_size,
+                               vocab.languages, log=lambda line: None, user_models=UserModels(vocab),
+                               key=f'{key}.vocab')
 
 
 class MTInput:
@@ -140,7 +186,7 @@ class MTInput:
       v = self.p.vocab
       self._vocabs = tokenizer.EnsureVocabularies(
           self.p.data_dir, v.dir, v.kind, v.source_size, v.target_size, v.languages, v.temperature,
-          v.sample_sentences, v.seed, v.train_if_missing, log=self._log)
+          v.sample_sentences, v.seed, v.train_if_missing, log=self._log, user_models=UserModels(v))
     return self._vocabs
 
   def Counts(self):

@@ -205,7 +205,8 @@ def _Settings(kind, vocab_size, languages, temperature, sample_sentences, seed, 
 
 
 def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, languages=(), temperature=5.0,
-                       sample_sentences=300000, seed=1, train_if_missing=True, log=print):
+                       sample_sentences=300000, seed=1, train_if_missing=True, log=print, user_models=None,
+                       key='vocab'):
   """Loads (training them first if missing) the source and target vocabularies of an experiment.
 
   Args:
@@ -223,6 +224,10 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
     seed: of the text sample.
     train_if_missing: train a missing model (else DataError).
     log: callable taking one progress line.
+    user_models: {'shared' or 'source'/'target': (path, expected sha256 or '')}: the user's own SentencePiece
+      models instead of trained ones (user_vocab.Adopt lays them out; no settings or fingerprint check, but a
+      file whose sha256 differs from the expected one is refused).
+    key: how errors name these params ('input.train.vocab').
 
   Returns:
     (source Vocabulary, target Vocabulary); the same object twice when shared.
@@ -235,6 +240,9 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
   manifest = reader.LoadManifest(data_dir)
   languages = mixture.CheckLanguages(manifest, languages, data_dir)
   tags = [TARGET_LANGUAGE] + [t for t in manifest['languages'] if t != TARGET_LANGUAGE]
+  if user_models:
+    return _UserVocabularies(kind, {'shared': source_size} if kind == 'shared' else
+                             {'source': source_size, 'target': target_size}, user_models, tags, log, key)
   vocab_dir = vocab_dir or os.path.join(data_dir, 'vocab')
   wanted = {'shared': source_size} if kind == 'shared' else {'source': source_size, 'target': target_size}
   models, pairs = {}, None
@@ -269,6 +277,28 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
         sample_seconds=round(sample_seconds, 2), sentencepiece=spm.__version__,
         model_sha256=hashlib.sha256(model).hexdigest()), indent=1).encode('utf-8'))
     files.WriteBytes(path, model)  # Last: a model without its settings file is never left behind.
+    models[side] = Vocabulary(model, path)
+  if kind == 'shared':
+    return models['shared'], models['shared']
+  return models['source'], models['target']
+
+
+def _UserVocabularies(kind, sizes, user_models, tags, log, key):
+  from lingvo_gshard.input import user_vocab  # pylint: disable=g-import-not-at-top
+  models = {}
+  for side, size in sizes.items():
+    path, want = user_models[side]
+    if want and user_vocab.Sha256(path) != want:
+      raise report_lib.DataError(f'{path}: changed since the run recorded it (its sha256 is not the params\' '
+                                 f'{want[:12]}...); restore the file the run trained with')
+    model, record = user_vocab.Adopt(path, tags, log)
+    if record['pieces'] != size:
+      param = f"{key}.{'target_size' if side == 'target' else 'source_size'}"
+      extra = ''.join(f' + {n} {what}' for n, what in ((record['tags_added'], 'language tags'),
+                                                       (int(record['pad_added']), 'pad')) if n)
+      raise report_lib.DataError(f'{path}: {record["pieces"]} pieces as adopted ({record["pieces"] - record["tags_added"] - int(record["pad_added"])}{extra}), but '
+                                 f'{param} is {size}: set {param} (and the model\'s vocabulary size) '
+                                 f'to {record["pieces"]}')
     models[side] = Vocabulary(model, path)
   if kind == 'shared':
     return models['shared'], models['shared']

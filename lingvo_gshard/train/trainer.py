@@ -22,6 +22,7 @@ from tensorflow.experimental import dtensor
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import sharding
 from lingvo_gshard.data import reader
+from lingvo_gshard.input import pipeline
 from lingvo_gshard.runtime import hardware
 from lingvo_gshard.runtime import learner as learner_lib
 from lingvo_gshard.runtime import step_runner
@@ -113,6 +114,9 @@ class Trainer:
     if max_train_seconds is not None:
       self.params.learner.max_train_seconds = float(max_train_seconds)
     self.params.Validate()  # every declared domain and rule, naming the key as typed, before anything runs
+    for name in ('train', 'dev', 'test'):  # your own SentencePiece models: checked, their files' sha256 kept
+      if name in self.params.input and 'vocab' in self.params.input.Get(name):
+        pipeline.CheckUserVocab(self.params.input.Get(name), f'input.{name}')
     self.budget = self._Budget()  # before the schedule's end is resolved: a recorded budget moves it
     experiment_lib.ResolveLearner(self.params.learner)  # a decaying schedule ends where the run does
     self.task = self.params.task
