@@ -2,12 +2,15 @@
 
 The paper reports multilingual models as BLEU deltas against a bilingual model per pair. Here every pair of
 the default corpus gets a registered experiment `Bilingual_<code>` (e.g. `Bilingual_de`, `Bilingual_sr-Latn`
-is `Bilingual_sr_Latn`), generated from `BilingualBase`: the tiny dense model trained on that pair alone,
+is `Bilingual_sr_Latn`), and any other language code (of a corpus of your own) one made on first use, all
+generated from `BilingualBase`: the tiny dense model trained on that pair alone,
 with the multilingual models' vocabularies so BLEU compares like with like. As registered it has
 M4TinyDense's size; `Overrides(train_pairs)` sizes it for its pair's data and sets its step budget (what
 tools/train_baselines.py trains; the rule is TIERS and Steps below).
 """
 from lingvo_gshard.core import registry
+from lingvo_gshard.data import language_codes
+from lingvo_gshard.data import report
 from lingvo_gshard.params import m4_tiny
 
 # The 100 languages the default corpus keeps on a Debian 12 image (prepare_data's manifest), from high to low
@@ -101,3 +104,19 @@ def _Register(code):
 
 for _code in M4_LANGUAGES:
   _Register(_code)
+
+
+def _AnyLanguage(suffix: str):
+  """Bilingual_<code> for a language outside M4_LANGUAGES (a corpus of your own: prepare_data --tsv): made
+  on first use, as the registered ones are. The code is a registered tag as the corpus spells it (`fr`,
+  not `fre`); a language without one was declared to prepare_data and is named by its registered class."""
+  try:
+    code = language_codes.CheckNew(suffix.replace('_', '-'), f'Bilingual_{suffix}')
+  except report.DataError as e:
+    raise registry.RegistryError(str(e).split('; to add a language')[0]) from None
+  if code.replace('-', '_') != suffix:  # another spelling of a tag (zh_Hant is zh-TW): the experiment of the tag
+    return registry.GetClass(ExperimentName(code))
+  return _Register(code)
+
+
+registry.RegisterFamily('Bilingual_', _AnyLanguage)

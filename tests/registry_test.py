@@ -66,3 +66,34 @@ def test_list_models_tool_runs_outside_the_repo(tmp_path):
   bad = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.list_models', '--params=NoSuchModel'],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)
   assert bad.returncode != 0 and "unknown experiment 'NoSuchModel'" in bad.stderr
+
+
+def test_a_family_makes_the_names_it_covers_on_first_use(reg):
+  made = []
+
+  def Factory(suffix):
+    if suffix == 'bad':
+      raise registry.RegistryError(f'Bilingual_{suffix}: no such language')
+    made.append(suffix)
+    return reg.Register(type(f'Bilingual_{suffix}', (experiment.Experiment,), {'__module__': 'lingvo_gshard.params.bilingual'}))
+
+  reg.RegisterFamily('Bilingual_', Factory)
+  assert reg.GetClass('Bilingual_de').__name__ == 'Bilingual_de' and made == []  # registered ones first
+  assert reg.GetClass('Bilingual_sw').__name__ == 'Bilingual_sw' and made == ['sw']
+  assert reg.GetClass('Bilingual_sw') is reg.GetClass('bilingual.Bilingual_sw') and made == ['sw']  # once
+  with pytest.raises(registry.RegistryError, match='^Bilingual_bad: no such language$'):
+    reg.GetClass('Bilingual_bad')
+  with pytest.raises(registry.RegistryError, match="unknown experiment 'Bilingual_'"):
+    reg.GetClass('Bilingual_')
+
+
+def test_a_bilingual_baseline_exists_for_any_language_tag(monkeypatch):
+  params_lib.LoadAll()
+  # What this test makes is not left in the shared registry (other tests compare it with a fresh process's).
+  monkeypatch.setattr(registry.REGISTRY, '_classes', dict(registry.REGISTRY._classes))
+  assert registry.GetClass('Bilingual_sw').LANGUAGE == 'sw'  # not one of the gettext corpus' 100
+  assert registry.GetClass('Bilingual_zh_Hant') is registry.GetClass('Bilingual_zh_TW')  # the corpus' tag
+  with pytest.raises(registry.RegistryError, match=r"^Bilingual_fre: write 'fre' as fr \(French\)"):
+    registry.GetClass('Bilingual_fre')
+  with pytest.raises(registry.RegistryError, match=r"^Bilingual_zzzz1: 'zzzz1' is not a registered language tag"):
+    registry.GetClass('Bilingual_zzzz1')

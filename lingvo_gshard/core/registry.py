@@ -29,7 +29,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Dict, List, Optional, Set, Tuple, Type
+from typing import Callable, Dict, List, Optional, Set, Tuple, Type
 
 from lingvo_gshard.core import experiment
 
@@ -97,6 +97,7 @@ class Registry:
     self._origins: Dict[str, str] = {}   # key -> the entry point whose import registered it
     self._loading = ''                   # the entry point being imported, while it is
     self._loaded: Set[Tuple[str, str, str]] = set()  # entry points imported: (distribution, name, value)
+    self._families: Dict[str, Callable[[str], Type[experiment.Experiment]]] = {}  # name prefix -> factory
 
   @staticmethod
   def ModuleLabel(module: str) -> str:
@@ -142,6 +143,12 @@ class Registry:
 
     return _Add(cls) if cls is not None else _Add
 
+  def RegisterFamily(self, prefix: str, factory: Callable[[str], Type[experiment.Experiment]]) -> None:
+    """Names `prefix<suffix>` that are not registered are made on first use by `factory(suffix)` (which
+    registers and returns the class, or raises RegistryError saying why the suffix names none): a family of
+    experiments generated from a template, e.g. Bilingual_<language> for any language of a corpus."""
+    self._families[prefix] = factory
+
   def Keys(self) -> List[str]:
     return sorted(self._classes)
 
@@ -157,6 +164,9 @@ class Registry:
     matches = [k for k in self._classes if k.endswith('.' + name)]
     if len(matches) == 1:
       return self._classes[matches[0]]
+    family = [p for p in self._families if name.startswith(p) and len(name) > len(p) and '.' not in name]
+    if not matches and family:
+      return self._families[family[0]](name[len(family[0]):])
     if len(matches) > 1:
       raise RegistryError(f'experiment name {name!r} is ambiguous: '
                           f'{", ".join(self._Placed(k) for k in sorted(matches))}')
@@ -305,3 +315,4 @@ Register = REGISTRY.Register
 GetClass = REGISTRY.GetClass
 Get = REGISTRY.Get
 LoadEntryPoints = REGISTRY.LoadEntryPoints
+RegisterFamily = REGISTRY.RegisterFamily
