@@ -168,6 +168,7 @@ def _Manifest(corpus, report, fingerprint, seconds, source_names):
       'source_kinds': source_names,
       'config': dataclasses.asdict(corpus.config),
       'bucket_rule': 'tercile of training size: largest third high, next third medium, rest low',
+      **({'tfds': corpus.published} if getattr(corpus, 'published', None) else {}),
       'totals': dict(offsets),
       'languages': langs,
       'left_out_languages': dict(sorted(corpus.left_out.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -238,7 +239,15 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
       for source in sources:
         yield from source.Units(report)
 
-    corpus = corpus_lib.Assemble(_Progress(_AllUnits(), log), config, report)
+    streamed = [s for s in sources if hasattr(s, 'StreamedCorpus')]
+    if streamed and len(sources) > 1:
+      raise report_lib.DataError('a TFDS dataset read with its own splits (--tfds_train_split ...) is the only '
+                                 'input of its build: leave out the gettext catalogs (--nogettext), TSV files '
+                                 'and other datasets')
+    if streamed:  # a dataset as published, streamed into the build (tfds_published.py)
+      corpus = streamed[0].StreamedCorpus(config, report, log)
+    else:
+      corpus = corpus_lib.Assemble(_Progress(_AllUnits(), log), config, report)
     fingerprint = _Fingerprint(config, report)
     try:
       old = ReadManifest(data_dir)

@@ -217,7 +217,7 @@ def TranslationExamplePairs(example):
   return [(lang, text, english) for lang, text in by_lang.items() if lang != 'en']
 
 
-_TFDS_LANG_RE = re.compile(r'^[a-z]{2,3}([-_][A-Za-z0-9]+)*$')
+TFDS_LANG_RE = re.compile(r'^[a-z]{2,3}([-_][A-Za-z0-9]+)*$')  # a TFDS language code a tag can come from
 
 
 class TfdsSource:
@@ -258,7 +258,7 @@ class TfdsSource:
       for lang, source, target in TranslationExamplePairs(example):
         if self.languages_wanted and lang not in self.languages_wanted:
           continue
-        tag = languages.LocaleToTag(lang.replace('-', '_')) if _TFDS_LANG_RE.match(lang) else None
+        tag = languages.LocaleToTag(lang.replace('-', '_')) if TFDS_LANG_RE.match(lang) else None
         if tag is None or languages.IsEnglish(tag) or not language_codes.Registered(tag):
           report.skips['tfds_unknown_language'] += 1
           continue

@@ -7,6 +7,8 @@ Default: every gettext catalog under /usr/share/locale, the 100 largest language
   python -m lingvo_gshard.tools.prepare_data --data_dir=... --nogettext \
       --tsv=de=/data/de-en.tsv,fr=/data/fr-en.tsv
   python -m lingvo_gshard.tools.prepare_data --data_dir=... --nogettext --tfds=wmt19_translate/de-en
+  python -m lingvo_gshard.tools.prepare_data --data_dir=... --nogettext --tfds=wmt19_translate/de-en \
+      --tfds_train_split=train --tfds_dev_split=validation --tfds_test_split=test   # its own splits, streamed
   python -m lingvo_gshard.tools.prepare_data --data_dir=/tmp/gshard_data --verify   # every file's sha256
 
 Prints a per-language summary and the skip report; bad input exits 1 with one line naming the problem.
@@ -26,6 +28,7 @@ from lingvo_gshard.data import integrity
 from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import report
 from lingvo_gshard.data import sources
+from lingvo_gshard.data import tfds_published
 from lingvo_gshard.tools import _common
 from lingvo_gshard.utils import files
 
@@ -45,6 +48,14 @@ _TSV = flags.DEFINE_list('tsv', [], 'LANG=PATH files of source<TAB>target lines 
 _TFDS = flags.DEFINE_list('tfds', [], 'TFDS translation datasets, e.g. wmt19_translate/de-en.')
 _TFDS_SPLIT = flags.DEFINE_string('tfds_split', 'train', 'Split of the --tfds datasets to read.')
 _TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'data_dir for the --tfds datasets.')
+_TFDS_TRAIN = flags.DEFINE_string('tfds_train_split', '', 'With one --tfds dataset: keep its own splits, this '
+                                  'one as the corpus\' train (streamed; no re-split, no dedup, no cap).')
+_TFDS_DEV = flags.DEFINE_string('tfds_dev_split', '', 'The dataset\'s split that is the corpus\' dev '
+                                '(e.g. validation); needs --tfds_train_split.')
+_TFDS_TEST = flags.DEFINE_string('tfds_test_split', '', 'The dataset\'s split that is the corpus\' test '
+                                 '(e.g. test); needs --tfds_train_split.')
+_TFDS_MAX_PAIRS = flags.DEFINE_integer('tfds_max_pairs', 0, 'With --tfds_train_split: at most this many pairs '
+                                       'per language and split (0: all).', lower_bound=0)
 _NUM_LANGUAGES = flags.DEFINE_integer('num_languages', 100, 'Keep the N largest languages.', lower_bound=1)
 _LANGUAGES = flags.DEFINE_list('languages', [], 'Keep exactly these languages (tags or locales).')
 _NEW_LANGUAGES = flags.DEFINE_list(
@@ -79,11 +90,39 @@ def _Sources():
   if _TSV.value:
     files = sources.ParseLanguageFiles(_TSV.value, '--tsv', _NEW_LANGUAGES.value)
     srcs.append(sources.TsvSource(files, max_chars=_MAX_CHARS.value))
+  published = _PublishedSplits()
   for name in _TFDS.value:
-    srcs.append(sources.TfdsSource(name, _TFDS_SPLIT.value, _TFDS_DATA_DIR.value, max_chars=_MAX_CHARS.value))
+    if published:
+      srcs.append(tfds_published.PublishedTfds(name, published, _TFDS_DATA_DIR.value, max_chars=_MAX_CHARS.value,
+                                               max_pairs=_TFDS_MAX_PAIRS.value))
+    else:
+      srcs.append(sources.TfdsSource(name, _TFDS_SPLIT.value, _TFDS_DATA_DIR.value, max_chars=_MAX_CHARS.value))
   if not srcs:
     raise report.DataError('no input: --nogettext without --tsv or --tfds')
   return srcs
+
+
+def _PublishedSplits():
+  """{corpus split: the dataset's split} of --tfds_*_split ({}: the --tfds datasets are re-split)."""
+  given = {'train': _TFDS_TRAIN.value, 'dev': _TFDS_DEV.value, 'test': _TFDS_TEST.value}
+  return {k: v for k, v in given.items() if v}
+
+
+def _CheckPublished():
+  published = _PublishedSplits()
+  if not published:
+    if _TFDS_MAX_PAIRS.value:
+      raise report.DataError('--tfds_max_pairs caps a dataset read with its own splits: give --tfds_train_split')
+    return
+  if 'train' not in published:
+    raise report.DataError('--tfds_dev_split/--tfds_test_split name the dataset\'s own splits: give '
+                           '--tfds_train_split too')
+  if len(_TFDS.value) != 1 or _GETTEXT.value or _TSV.value:
+    raise report.DataError('--tfds_train_split reads one --tfds dataset with its own splits, as the only input '
+                           '(add --nogettext, leave out --tsv)')
+  if _TFDS_SPLIT.value != 'train':
+    raise report.DataError('--tfds_split re-splits one split of the dataset; --tfds_train_split keeps its own '
+                           'splits: give one or the other')
 
 
 def Summary(manifest):
@@ -147,6 +186,7 @@ def _CheckedConfig():
   for root in _LOCALE_ROOTS.value if _GETTEXT.value else ():
     if not os.path.isdir(root):
       raise report.DataError(f'--locale_roots={root}: no such directory')
+  _CheckPublished()
   files.CheckWritableDir(_DATA_DIR.value, '--data_dir')
   config = corpus.CorpusConfig(
       num_languages=_NUM_LANGUAGES.value, languages=wanted, dev_fraction=_DEV_FRACTION.value,
