@@ -32,6 +32,7 @@ from lingvo_gshard.train import corpus_identity
 from lingvo_gshard.train import dev_metrics
 from lingvo_gshard.train import divergence
 from lingvo_gshard.train import signals as signals_lib
+from lingvo_gshard.train import preflight
 from lingvo_gshard.train import progress as _progress
 from lingvo_gshard.utils import files
 from lingvo_gshard.utils import provenance
@@ -43,11 +44,6 @@ def _Unless(restore: Callable, path: str):
     return restore()
   except (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError) as e:
     raise checkpoints.Unreadable(f'{path}: unreadable checkpoint ({checkpoints.Brief(e)})') from None
-
-
-# The share of the memory available at start above which an estimated run is said to risk being killed: the
-# estimate leaves out TensorFlow's own buffers, the input pipeline and compiled programs.
-_MEMORY_WARNING = 0.8
 
 
 Preempted = signals_lib.Preempted  # the trainer raises it: callers catch trainer.Preempted
@@ -127,7 +123,9 @@ class Trainer:
 
   def _CheckBeforeWriting(self) -> Dict:
     """Everything that can be checked before the log directory is touched; returns the corpus manifest."""
-    self._CheckMemory()  # builds the layers: bad layer params fail here, before any data or file is touched
+    # Builds the layers: bad layer params fail here, before any data or file is touched.
+    preflight.CheckMemory(type(self.exp).__name__, self.task, self.inputs['train'], self.partitioner,
+                          self.learner_p.optimizer, self.log)
     manifest = reader.LoadManifest(self.inputs['train'].data_dir)  # a missing or empty corpus: one line
     try:
       files.MakeDirs(self.logdir)
@@ -258,43 +256,6 @@ class Trainer:
              + f' ({budget_lib.BUDGET_FILE})')
     self.budget = None
     return self._budget_moves_schedule, eval_seconds
-
-  def _CheckMemory(self):
-    """Before allocating anything: refuses a model whose weights and optimizer state cannot fit a device,
-    or whose MoE groups the mesh cannot split; warns when the estimate with activations (models/analysis.py,
-    no rematerialisation assumed) comes near the memory available now, where the kernel may kill the run."""
-    from lingvo_gshard.models import analysis  # pylint: disable=g-import-not-at-top
-    model = self.task.Instantiate()  # declares weights only
-    self._CheckRouting(model)
-    inp = self.inputs['train']
-    length = max(inp.max_source_length, inp.max_target_length)
-    a = analysis.Analyze(type(self.exp).__name__, model, self.partitioner, tokens_per_step=inp.batch_rows * length,
-                         seq_len=length, remat=False, optimizer=self.learner_p.optimizer)
-    state = a.bytes_per_device * 2 + a.optimizer_bytes_per_device  # weights, their gradients, slots
-    total, available = hardware.MemoryBytes()
-    name, gib = type(self.exp).__name__, lambda b: f'{b / 2**30:.1f} GiB'
-    if state > total:
-      raise ValueError(f'{name} needs {gib(state)} per device for weights, gradients and optimizer state on '
-                       f'mesh {self.partitioner.mesh}; this machine has {gib(total)} (analyse it with '
-                       'tools/model_analysis instead)')
-    need = state + a.activation_bytes_per_device
-    if need > _MEMORY_WARNING * available:
-      self.log(f'warning: {name} may run out of memory: about {gib(need)} per device (weights, gradients, '
-               f'optimizer state, activations of {inp.batch_rows} rows) of {gib(available)} available now; '
-               'fewer input.batch_rows would need less')
-
-  def _CheckRouting(self, model):
-    """Every MoE layer splits a training batch into groups the mesh divides (MoELayer.GroupShape), checked
-    here rather than at the first step's trace."""
-    from lingvo_gshard.layers import moe_layer  # pylint: disable=g-import-not-at-top
-    inp = self.inputs['train']
-    lengths = {'encoder': inp.packed_source_length if inp.packing else inp.max_source_length,
-               'decoder': inp.packed_target_length if inp.packing else inp.max_target_length}
-    with sharding.use(self.partitioner):
-      for stack, length in lengths.items():
-        for layer in getattr(model, stack).IterLayers() if hasattr(model, stack) else ():
-          if isinstance(layer, moe_layer.MoELayer):
-            layer.GroupShape(inp.batch_rows * length)
 
   def _WriteParams(self):
     files.WriteText(os.path.join(self.logdir, experiment_lib.PARAMS_FILE), ''.join([
