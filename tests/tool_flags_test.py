@@ -114,7 +114,8 @@ _REQUIRED = {'prepare_data': ['--data_dir={tmp}/data'], 'input_benchmark': ['--d
              'trainer': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'],
              'export': ['--model=M4TinyMoE', '--logdir={tmp}/logdir', '--export_dir={tmp}/export'],
              'serving_benchmark': ['--logdir={tmp}/logdir'],
-             'expert_map': ['--model=M4TinyMoE', '--logdir={tmp}/logdir']}
+             'expert_map': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'],
+             'moe_study_report': ['--study_dir={tmp}/study']}
 
 
 @pytest.mark.parametrize('tool', _TOOLS)

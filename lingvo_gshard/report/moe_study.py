@@ -1,0 +1,92 @@
+"""The MoE-versus-dense study's summary, rebuilt from what the study folder commits.
+
+A study folder holds `study.json` (what was compared), `runs/<run>/` (each run's params.txt and
+dev_eval.jsonl, and its results.json of the test split) and `comparisons/<name>.json` (compare_runs --json
+of two runs: the paired bootstrap). `Summary` reads them and returns summary.json's content:
+
+  {"regimes": [{"name", "varied": {...}, "dense", "moe", "steps": {...}, "dev_xent": {...},
+                "moe_minus_dense": {"bucket", "bleu", "ci95", "chrf", "chrf_ci95", "b_better"}}, ...],
+   "regime": the regime with the largest MoE - dense BLEU, "moe_minus_dense": its figure with "runs",
+   "experts_curve": [{"experts", "dev_xent", "bleu", "chrf", "run"}, ...] of the regime's E sweep (dense as
+   E = 1), sorted by E}
+
+so the headline can be checked by a program, and a figure that changes is rebuilt, not edited.
+"""
+import json
+import os
+from typing import Dict, List, Optional
+
+from lingvo_gshard.train import dev_metrics
+from lingvo_gshard.utils import files
+
+STUDY = 'study.json'
+
+
+class StudyError(ValueError):
+  pass
+
+
+def _Json(path: str):
+  try:
+    return json.loads(files.ReadText(path))
+  except FileNotFoundError:
+    raise StudyError(f'{path}: missing (the study commits it)') from None
+  except ValueError as e:
+    raise StudyError(f'{path}: not JSON ({str(e)[:80]})') from None
+
+
+def RunFigures(run_dir: str) -> Dict:
+  """{'experts', 'steps', 'dev_xent' (the last dev evaluation's), 'bleu', 'chrf' (all languages, test)}."""
+  experts = 1
+  for line in files.ReadText(os.path.join(run_dir, 'params.txt')).splitlines():
+    if line.startswith('task.encoder.moe_tpl.num_experts : '):
+      experts = int(line.split(' : ')[1])
+  rows = dev_metrics.ReadDevLog(run_dir)
+  last = rows[-1] if rows else {}
+  results = _Json(os.path.join(run_dir, 'results.json'))
+  average = results.get('averages', {}).get('all', {})
+  return {'experts': experts, 'steps': last.get('step'), 'dev_xent': last.get('xent'),
+          'bleu': average.get('bleu'), 'chrf': average.get('chrf'), 'set': results.get('set'),
+          'checkpoint': results.get('checkpoint')}
+
+
+def _Difference(comparison: Dict, bucket: str) -> Dict:
+  out = {'bucket': bucket}
+  for metric in ('bleu', 'chrf'):
+    if metric in comparison and bucket in comparison[metric]['buckets']:
+      row = comparison[metric]['buckets'][bucket]
+      key = '' if metric == 'bleu' else 'chrf_'
+      out[f'{metric}'] = round(row['delta'], 3)
+      out[f'{key}ci95'] = [round(x, 3) for x in row['ci95']]
+      if metric == 'bleu':
+        out['b_better'] = row.get('b_better')
+  return out
+
+
+def Summary(study_dir: str) -> Dict:
+  study = _Json(os.path.join(study_dir, STUDY))
+  regimes: List[Dict] = []
+  for regime in study.get('regimes', []):
+    runs = {role: RunFigures(os.path.join(study_dir, 'runs', regime[role])) for role in ('dense', 'moe')}
+    comparison = _Json(os.path.join(study_dir, 'comparisons', regime['comparison']))
+    names = (comparison['a']['name'], comparison['b']['name'])
+    if names != (regime['dense'], regime['moe']):
+      raise StudyError(f'comparisons/{regime["comparison"]} compares {names[1]} with {names[0]}, not '
+                       f'{regime["moe"]} with {regime["dense"]}')
+    row = {'name': regime['name'], 'varied': regime.get('varied', {}), 'dense': regime['dense'],
+           'moe': regime['moe'], 'steps': {r: runs[r]['steps'] for r in runs},
+           'dev_xent': {r: runs[r]['dev_xent'] for r in runs},
+           'moe_minus_dense': _Difference(comparison, regime.get('bucket', 'all'))}
+    curve = [dict(RunFigures(os.path.join(study_dir, 'runs', run)), run=run)
+             for run in regime.get('experts_runs', [regime['dense'], regime['moe']])]
+    row['experts_curve'] = sorted(({k: c[k] for k in ('experts', 'dev_xent', 'bleu', 'chrf', 'run')}
+                                   for c in curve), key=lambda c: c['experts'])
+    regimes.append(row)
+  best: Optional[Dict] = max(regimes, key=lambda r: r['moe_minus_dense'].get('bleu', float('-inf')),
+                             default=None)
+  return {
+      'regimes': regimes,
+      'regime': {'name': best['name'], **best['varied']} if best else {},
+      'moe_minus_dense': dict(best['moe_minus_dense'], runs=[best['dense'], best['moe']]) if best else {},
+      'experts_curve': best['experts_curve'] if best else [],
+  }

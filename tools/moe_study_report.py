@@ -1,0 +1,50 @@
+r"""Rebuilds a MoE-versus-dense study's summary.json from the runs and comparisons its folder commits.
+
+  python -m lingvo_gshard.tools.moe_study_report --study_dir=docs/experiments/moe_vs_dense
+
+Reads STUDY_DIR/study.json (the regimes compared), runs/<run>/ (params.txt, dev_eval.jsonl, results.json) and
+comparisons/*.json (compare_runs --json), prints a table per regime and writes STUDY_DIR/summary.json
+(report/moe_study.py says what it holds).
+"""
+import os
+
+from absl import app
+from absl import flags
+
+from lingvo_gshard.tools import _common
+from lingvo_gshard.utils import files
+
+_STUDY_DIR = flags.DEFINE_string('study_dir', None, 'The study folder (study.json, runs/, comparisons/).',
+                                 required=True)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if not files.IsDir(_STUDY_DIR.value):
+    _common.Fail('moe_study_report', f'--study_dir={_STUDY_DIR.value}: no such directory')
+  from lingvo_gshard.report import moe_study  # pylint: disable=g-import-not-at-top
+  try:
+    summary = moe_study.Summary(_STUDY_DIR.value)
+  except (moe_study.StudyError, OSError, KeyError) as e:
+    _common.Fail('moe_study_report', str(e) if not isinstance(e, KeyError) else f'a study file lacks {e}')
+  print(f'{"regime":<24}{"dense steps":>12}{"moe steps":>10}{"dense xent":>11}{"moe xent":>9}'
+        f'{"MoE-dense BLEU [95%]":>28}')
+  for r in summary['regimes']:
+    d = r['moe_minus_dense']
+    ci = d.get('ci95', [float('nan')] * 2)
+    print(f'{r["name"]:<24}{r["steps"]["dense"]!s:>12}{r["steps"]["moe"]!s:>10}{r["dev_xent"]["dense"]!s:>11}'
+          f'{r["dev_xent"]["moe"]!s:>9}{d.get("bleu", float("nan")):>+12.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}] '
+          f'({d["bucket"]})')
+  path = os.path.join(_STUDY_DIR.value, 'summary.json')
+  files.WriteJson(path, summary, sort_keys=False)
+  print(f'wrote {path}')
+
+
+def run():
+  """The console script's entry point."""
+  _common.Main('moe_study_report', main)
+
+
+if __name__ == '__main__':
+  run()
