@@ -100,3 +100,19 @@ def test_instantiate():
   p = base_layer.BaseLayer.Params().Set(name='foo')
   layer = p.Instantiate()
   assert isinstance(layer, base_layer.BaseLayer) and layer.path == 'foo' and layer.p.frozen
+
+
+def test_a_float_param_an_experiment_set_with_an_int_reads_back_the_float_a_tool_wrote():
+  """learner.max_train_seconds is a float param; an experiment sets it with 900 (an int), the trainer's
+  --max_train_seconds=0 writes 0.0 into params.txt: the run's params.txt must load (the evaluator rebuilds
+  the run from it), and the param's domain, not the int it happened to hold, decides what it may be."""
+  from lingvo_gshard import params as params_lib  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import experiment  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.core import registry  # pylint: disable=g-import-not-at-top
+  params_lib.LoadAll()
+  root = experiment.ExperimentParams(registry.Get('M4TinyMoEDemo'))
+  assert root.learner.max_train_seconds == 900 and isinstance(root.learner.max_train_seconds, int)
+  experiment.ApplyOverrides(root, 'learner.max_train_seconds : 0.0; task.encoder.num_layers : 3.0')
+  assert root.learner.max_train_seconds == 0.0 and isinstance(root.learner.max_train_seconds, float)
+  with pytest.raises(hyperparams.ParamsError, match=r'task.encoder.num_layers = 3.0: must be an integer >= 1'):
+    root.Validate()  # an int param given an integral float: its domain refuses it

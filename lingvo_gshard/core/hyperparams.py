@@ -340,6 +340,10 @@ def _ParseValue(raw: str, current: Any) -> Any:
     return value
   if isinstance(current, float) and isinstance(value, int):
     return float(value)
+  if isinstance(current, int) and isinstance(value, float) and value.is_integer():
+    # A float param an experiment happened to set with an int (MAX_TRAIN_SECONDS = 900) reads back a float a
+    # tool wrote (900.0); the param's domain, checked next, says whether a float is allowed.
+    return value
   if isinstance(current, (list, tuple)) and isinstance(value, (list, tuple)):
     return type(current)(value)
   if isinstance(current, tf.dtypes.DType):
