@@ -104,8 +104,12 @@ def test_a_checkpoint_write_that_fails_leaves_the_one_before_latest(data_dir, tm
   assert os.path.basename(tf.train.latest_checkpoint(str(logdir))) == 'ckpt-3'
   data = [f for f in os.listdir(logdir) if f.startswith('ckpt-3.data')]
   limit = os.path.getsize(logdir / data[0]) // 2
+  # The file-size limit would also stop the run's writes into the tests' shared XLA compilation cache
+  # (conftest.py), which then fails the first step before any checkpoint: this process compiles afresh.
+  env = dict(os.environ, TF_XLA_FLAGS=' '.join(f for f in os.environ.get('TF_XLA_FLAGS', '').split()
+                                               if not f.startswith('--tf_xla_persistent_cache_directory=')))
   out = subprocess.run([sys.executable, '-c', _LIMITED, data_dir, str(logdir), str(limit)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
   err = [l for l in out.stderr.splitlines() if l.startswith('trainer:')]
   assert out.returncode == 1 and len(err) == 1, out.stderr[-3000:]
   assert err[0].startswith(f'trainer: {logdir}/ckpt-6: cannot write the checkpoint (')
