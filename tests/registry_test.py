@@ -75,7 +75,8 @@ def test_a_family_makes_the_names_it_covers_on_first_use(reg):
     if suffix == 'bad':
       raise registry.RegistryError(f'Bilingual_{suffix}: no such language')
     made.append(suffix)
-    return reg.Register(type(f'Bilingual_{suffix}', (experiment.Experiment,), {'__module__': 'lingvo_gshard.params.bilingual'}))
+    return reg.Register(type(f'Bilingual_{suffix}', (experiment.Experiment,),
+                             {'__module__': 'lingvo_gshard.params.bilingual'}))
 
   reg.RegisterFamily('Bilingual_', Factory)
   assert reg.GetClass('Bilingual_de').__name__ == 'Bilingual_de' and made == []  # registered ones first

@@ -294,9 +294,10 @@ def _UserVocabularies(kind, sizes, user_models, tags, log, key):
     model, record = user_vocab.Adopt(path, tags, log)
     if record['pieces'] != size:
       param = f"{key}.{'target_size' if side == 'target' else 'source_size'}"
-      extra = ''.join(f' + {n} {what}' for n, what in ((record['tags_added'], 'language tags'),
-                                                       (int(record['pad_added']), 'pad')) if n)
-      raise report_lib.DataError(f'{path}: {record["pieces"]} pieces as adopted ({record["pieces"] - record["tags_added"] - int(record["pad_added"])}{extra}), but '
+      added = ((record['tags_added'], 'language tags'), (int(record['pad_added']), 'pad'))
+      extra = ''.join(f' + {n} {what}' for n, what in added if n)
+      own = record['pieces'] - sum(n for n, _ in added)
+      raise report_lib.DataError(f'{path}: {record["pieces"]} pieces as adopted ({own}{extra}), but '
                                  f'{param} is {size}: set {param} (and the model\'s vocabulary size) '
                                  f'to {record["pieces"]}')
     models[side] = Vocabulary(model, path)

@@ -482,4 +482,5 @@ def _finish(logits, probs, nonpad, claim_1, capacity, *, expert_index, position,
       router_entropy=router_entropy, dropped_fraction=dropped_fraction, kept_per_token=kept_per_token,
       slot_usage=slot_usage, router_z_loss=router_z_loss,
       router_logit_max=tf.stop_gradient(router_logit_max),
-      expert_tokens=tf.cast(tf.reduce_sum(claim_1, axis=[0, 1]), tf.float32), token_index=token_index, token_gate=token_gate)
+      expert_tokens=tf.cast(tf.reduce_sum(claim_1, axis=[0, 1]), tf.float32), token_index=token_index,
+      token_gate=token_gate)
