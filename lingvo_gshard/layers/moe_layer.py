@@ -12,6 +12,7 @@ from lingvo_gshard.core import compile_hints
 from lingvo_gshard.core import domains
 from lingvo_gshard.core import sharding
 from lingvo_gshard.layers import basic
+from lingvo_gshard.layers import dropless
 from lingvo_gshard.layers import gating as gating_lib
 from lingvo_gshard.layers import moe
 
@@ -39,11 +40,15 @@ class MoELayer(base_layer.BaseLayer):
     p.Define('eval_capacity_factor', 2.0, 'Capacity factor at evaluation (teacher-forced FProp without seed).',
              domains.Positive())
     p.Define('decode_capacity_factor', 0.0,
-             'Capacity factor of ExtendStep (one decoding step); 0: C = S, so no token is ever dropped and a '
+             'Capacity factor of ExtendStep (one decoding step); 0: dropless, no token is ever dropped and a '
              'translation does not depend on what else shares its batch (as Hugging Face NLLB-MoE decodes: '
-             'moe_eval_capacity_token_fraction = 1.0). The tokens of a decoding step all sit at one position '
-             "(the first step: every row's start tag), so they route alike: with training's 2S/E many of "
-             'them overflow the same experts.', domains.NonNegative())
+             'moe_eval_capacity_token_fraction = 1.0), at a cost that follows the load (layers/dropless.py; '
+             'top1/top2 gating, else C = S). The tokens of a decoding step all sit at one position (the first '
+             "step: every row's start tag), so they route alike: with training's 2S/E many of them overflow "
+             'the same experts.', domains.NonNegative())
+    p.Define('decode_block', 64,
+             'Dropless decoding: rows of one expert matmul (each expert used pads to a multiple of it); a speed '
+             'choice (docs/guides/performance.md).', domains.Positive(int))
     p.Define('min_capacity', 4, 'Lower bound of C (then rounded up to a multiple of 4).', domains.Positive(int))
     p.Define('gating', 'top2', "'top2' (GShard), 'top1' (Switch) or 'expert_choice'.",
              domains.Choices(gating_lib.GATINGS))
@@ -124,8 +129,21 @@ class MoELayer(base_layer.BaseLayer):
   def ExtendStep(self, x, paddings=None):
     """One decoding step: x [B,1,M], paddings [B,1] (1: a token that must claim no capacity: a dead beam, a
     settled or absent row) -> y [B,1,M], zero where padded. Capacity from decode_capacity_factor."""
-    cf = self.p.decode_capacity_factor
-    return self._Route(x, paddings, None, capacity_factor=cf, whole_group=not cf)[0]
+    p = self.p
+    cf = p.decode_capacity_factor
+    if cf or p.gating not in ('top1', 'top2'):
+      return self._Route(x, paddings, None, capacity_factor=cf, whole_group=not cf)[0]
+    # Dropless: every token of the step is one group with C = N, so the gating drops nothing and the
+    # experts run only on the rows routed to them.
+    b, l, m = x.shape
+    n = b * l
+    pg = None if paddings is None else tf.reshape(tf.cast(paddings, tf.float32), [1, n])
+    routing = moe.route(tf.reshape(x, [1, n, m]), self.w.gate, capacity=n, gating=p.gating, paddings=pg)
+    y = dropless.ExpertFFN(tf.reshape(x, [n, m]), routing.expert_index[0], routing.gate[0],
+                           tf.cast(self.w.wi, x.dtype), tf.cast(self.w.wo, x.dtype),
+                           activation=basic.ACTIVATIONS[p.activation], block=p.decode_block,
+                           wi_transposed=p.wi_layout == 'ehm')
+    return tf.reshape(y, [b, l, m])
 
   def _Route(self, x, paddings, seed, capacity_factor, whole_group=False):
     p = self.p
