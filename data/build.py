@@ -41,8 +41,9 @@ _LOCK = '.gettext_m4.lock'
 
 def _Fingerprint(config, report):
   settings = dataclasses.asdict(config)
-  if not settings['new_languages']:  # builds that declare none keep the fingerprint they always had
-    del settings['new_languages']
+  for key, default in (('new_languages', ()), ('direction', 'xx-en')):
+    if settings[key] == default:  # builds that leave it at its default keep the fingerprint they always had
+      del settings[key]
   blob = json.dumps({'pipeline': PIPELINE_VERSION, 'config': settings,
                      'inputs': sorted((s.origin, s.tag, s.sha256, s.pairs) for s in report.sources)},
                     sort_keys=True)

@@ -1,19 +1,29 @@
-"""Assembles source units into a multilingual X->English corpus with leak-free dev/test splits.
+"""Assembles source units into a multilingual corpus with leak-free dev/test splits.
 
-Steps: merge units by language tag, deduplicate each language's pairs, keep the N largest languages (or the
-requested ones), split every pair by a stable hash of its **English** side, cap the dev and test sets per
-language, and bucket languages into high/medium/low resource by tercile of training size.
+Steps: merge units by direction key (directions.py: 'fr' is French->English, 'en-fr' the reverse; X->English
+inputs are turned into the build's directions), deduplicate each direction's pairs, keep the N largest
+languages (or the requested ones) in every direction they have, split every pair by a stable hash of its
+**English** side, cap the dev and test sets per direction, and bucket directions into high/medium/low
+resource by tercile of training size.
 
 Why hash the English side: the target side is shared across languages (the same English UI string is
 translated into 150 languages), so a per-language random split would put the English sentence of a German
 test pair into the French training data, and a multilingual model would have seen the answer. Splitting on
 the English key sends that sentence to the same split in every language. Dev/test pairs over the per-language
 cap go nowhere (not back to train), or they would reintroduce exactly that leak.
+
+More than one direction: the English-side hash sends a pair and its reverse to the same split (fr-en's test
+is en-fr's test). The other side can still recur: 'Ouvrir' translates both 'Open' and 'Open...', whose
+hashes differ. So a corpus with any direction besides X->English also drops every dev/test pair one of whose
+sentences (by the same words-only key, per language) occurs on either side of a training pair of any
+direction, before the caps; they are counted as `heldout_seen_in_train`. A pair without English (de-fr)
+splits by its target side. X->English corpora keep the split they always had.
 """
 import dataclasses
 import hashlib
 import re
 
+from lingvo_gshard.data import directions
 from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import languages
 from lingvo_gshard.data import report as report_lib
@@ -30,7 +40,8 @@ class CorpusConfig:
 
   Attributes:
     num_languages: keep this many languages, the largest by deduplicated pairs (ties by tag).
-    languages: if non-empty, keep exactly these tags instead (each must exist in the sources).
+    languages: if non-empty, keep exactly these instead (each must exist in the sources): a language in
+      every direction the build has it ('fr'), or one direction ('fr-en', 'en-fr').
     dev_fraction: fraction of English keys (by hash) that are dev in every language.
     test_fraction: fraction of English keys (by hash) that are test in every language.
     max_dev: most dev pairs per language; the rest go nowhere.
@@ -38,6 +49,8 @@ class CorpusConfig:
     min_train: languages with fewer training pairs are dropped (reported), so none is near-empty.
     new_languages: tags the IANA registry lacks that the user declared as languages of their own (kept in
       the manifest, so a reader of the corpus sees that they were meant).
+    direction: what X->English inputs become (directions.DIRECTIONS): 'xx-en' themselves, 'en-xx' reversed
+      (key 'en-<tag>'), 'both'. Inputs that name their own direction (a TSV file given as en-de=...) stay.
   """
   num_languages: int = 100
   languages: tuple[str, ...] = ()
@@ -47,8 +60,12 @@ class CorpusConfig:
   max_test: int = 1000
   min_train: int = 1
   new_languages: tuple[str, ...] = ()
+  direction: str = 'xx-en'
 
   def Validate(self):
+    if self.direction not in directions.DIRECTIONS:
+      raise report_lib.DataError(f'direction must be one of {", ".join(directions.DIRECTIONS)}, got '
+                                 f'{self.direction!r}')
     if self.num_languages < 1:
       raise report_lib.DataError(f'num_languages must be >= 1, got {self.num_languages}')
     for name in ('dev_fraction', 'test_fraction'):
@@ -79,6 +96,11 @@ def TrainOrderKey(tag, source, target):
   """Where a training pair is stored in its language's train split: a stable hash of the language tag and
   the pair, so each language has its own order, independent of the order the inputs were read in."""
   return hashlib.sha256('\0'.join((tag, source, target)).encode('utf-8')).digest()
+
+
+def EnglishSide(key, source, target):
+  """The side of a pair whose hash decides its split: the English one, else (no English) the target."""
+  return source if directions.Source(key) == directions.ENGLISH else target
 
 
 def SplitOf(target, config):
@@ -129,12 +151,15 @@ def Assemble(units, config, report):
   config.Validate()
   merged, origins = {}, {}
   for unit in units:
-    # A dict keeps the first occurrence of each pair and the order, so deduplication is deterministic.
-    pairs = merged.setdefault(unit.tag, {})
-    before = len(pairs)
-    pairs.update(dict.fromkeys(unit.pairs))
-    report.skips['duplicate'] += len(unit.pairs) - (len(pairs) - before)
-    origins.setdefault(unit.tag, []).append(unit.origin)
+    oriented = (directions.Orient(unit.tag, unit.pairs, config.direction)
+                if directions.Parse(unit.tag)[1] == directions.ENGLISH else [(unit.tag, unit.pairs)])
+    for key, unit_pairs in oriented:
+      # A dict keeps the first occurrence of each pair and the order, so deduplication is deterministic.
+      pairs = merged.setdefault(key, {})
+      before = len(pairs)
+      pairs.update(dict.fromkeys(unit_pairs))
+      report.skips['duplicate'] += len(unit_pairs) - (len(pairs) - before)
+      origins.setdefault(key, []).append(unit.origin)
   if not any(merged.values()):
     skipped = ', '.join(f'{k} {v}' for k, v in report.skips.most_common(4)) or 'nothing read'
     raise report_lib.DataError(f'the sources gave no usable pairs (skipped: {skipped})')
@@ -142,19 +167,29 @@ def Assemble(units, config, report):
   if config.languages:
     wanted = []
     have = sorted(t for t in merged if merged[t])
-    for lang in config.languages:
-      wanted += language_codes.CheckIn([lang], have, '--languages', 'the sources read')
+    for code in config.languages:
+      tag = language_codes.AsTag(code)
+      if directions.Parse(code, '--languages')[0] != code:  # a direction: fr-en, en-fr
+        source, target = (language_codes.AsTag(t) for t in directions.Parse(code))
+        wanted += language_codes.CheckIn([directions.Key(source, target)], have, '--languages', 'the sources read')
+      else:  # a language: in every direction the build has it
+        wanted += ([k for k in (tag, directions.Key(directions.ENGLISH, tag)) if k in have] or
+                   language_codes.CheckIn([code], have, '--languages', 'the sources read'))
     chosen = list(dict.fromkeys(wanted))
   else:
-    chosen = sorted(merged, key=lambda t: (-len(merged[t]), t))
+    chosen = _LargestLanguages(merged, config.num_languages)
 
   kept = {}
   left_out = {}
+  multi = any(directions.Parse(tag)[1] != directions.ENGLISH for tag in chosen)
+  split = {tag: _SplitLanguage(tag, list(merged[tag]), origins[tag], config, capped=not multi)
+           for tag in chosen}
+  if multi:
+    _DropHeldoutSeenInTrain(split, report)
+    for lang in split.values():
+      _Cap(lang, config)
   for tag in chosen:
-    if len(kept) == config.num_languages and not config.languages:
-      left_out[tag] = len(merged[tag])
-      continue
-    lang = _SplitLanguage(tag, list(merged[tag]), origins[tag], config)
+    lang = split[tag]
     if len(lang.splits[TRAIN]) < max(config.min_train, 1):
       left_out[tag] = len(merged[tag])
       report.skips['language_too_small'] += 1
@@ -173,18 +208,60 @@ def Assemble(units, config, report):
   return Corpus(languages={t: kept[t] for t in order}, left_out=left_out, config=config)
 
 
-def _SplitLanguage(tag, pairs, origins, config):
-  """Splits one language's pairs. Dev and test are ordered by English hash, so that the caps keep the same
-  English sentences in every language (a multi-way parallel dev/test set); train by TrainOrderKey. No order
-  depends on the order the inputs were read in."""
-  keyed = sorted((SplitHash(tgt), src, tgt) for src, tgt in pairs)
+def _LargestLanguages(merged, n):
+  """The keys of the n largest languages, in every direction they have (the rest are left out): a pivot
+  key's language is its non-English side ('fr' and 'en-fr' are French), any other key ('de-fr') its own; a
+  language's size is its largest direction's. Ordered by size, then key."""
+  def Group(key):
+    source, target = directions.Parse(key)
+    return target if source == directions.ENGLISH else source if target == directions.ENGLISH else key
+  size = {}
+  for key, pairs in merged.items():
+    size[Group(key)] = max(size.get(Group(key), 0), len(pairs))
+  top = set(sorted(size, key=lambda g: (-size[g], g))[:n])
+  return [t for t in sorted(merged, key=lambda t: (-len(merged[t]), t)) if Group(t) in top]
+
+
+def _SentenceKey(text):
+  return EnglishKey(text)  # words only, case-folded: the same normalisation in every language
+
+
+def _DropHeldoutSeenInTrain(split, report):
+  """Drops dev/test pairs with a sentence that a training pair of any direction holds (see the docstring)."""
+  seen = {}
+  for key, lang in split.items():
+    source, target = directions.Parse(key)
+    for s, t in lang.splits[TRAIN]:
+      seen.setdefault(source, set()).add(_SentenceKey(s))
+      seen.setdefault(target, set()).add(_SentenceKey(t))
+  for key, lang in split.items():
+    source, target = directions.Parse(key)
+    for name in (DEV, TEST):
+      pairs = lang.splits[name]
+      lang.splits[name] = [(s, t) for s, t in pairs if _SentenceKey(s) not in seen.get(source, ())
+                           and _SentenceKey(t) not in seen.get(target, ())]
+      report.skips['heldout_seen_in_train'] += len(pairs) - len(lang.splits[name])
+
+
+def _Cap(lang, config):
+  """Keeps the first max_dev / max_test pairs (in English-hash order) of the held-out splits."""
+  for name, cap in ((DEV, config.max_dev), (TEST, config.max_test)):
+    lang.dropped_over_cap += max(0, len(lang.splits[name]) - cap)
+    lang.splits[name] = lang.splits[name][:cap]
+
+
+def _SplitLanguage(tag, pairs, origins, config, capped=True):
+  """Splits one direction's pairs. Dev and test are ordered by English hash, so that the caps keep the same
+  English sentences in every direction (a multi-way parallel dev/test set); train by TrainOrderKey. No
+  order depends on the order the inputs were read in. Without `capped`, the caller caps (_Cap)."""
+  keyed = sorted((SplitHash(EnglishSide(tag, src, tgt)), src, tgt) for src, tgt in pairs)
   splits = {name: [] for name in SPLITS}
   dropped = 0
   caps = {DEV: config.max_dev, TEST: config.max_test}
   for h, src, tgt in keyed:
     heldout_end = config.dev_fraction + config.test_fraction
     name = DEV if h < config.dev_fraction else TEST if h < heldout_end else TRAIN
-    if name != TRAIN and len(splits[name]) >= caps[name]:
+    if capped and name != TRAIN and len(splits[name]) >= caps[name]:
       dropped += 1
       continue
     splits[name].append((src, tgt))

@@ -12,6 +12,7 @@ import re
 
 from lingvo_gshard.data import cleaning
 from lingvo_gshard.data import debian
+from lingvo_gshard.data import directions
 from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import languages
 from lingvo_gshard.data import mo_reader
@@ -122,10 +123,11 @@ class GettextSource:
 
 
 def ParseLanguageFiles(specs, what, new_languages=()):
-  """Parses `tag=path` specifications (e.g. from a flag) into (tag, path) pairs.
+  """Parses `key=path` specifications (e.g. from a flag) into (direction key, path) pairs.
 
   Args:
-    specs: iterable of strings 'de=/data/de-en.tsv' (the tag may also be a locale such as 'pt_BR').
+    specs: iterable of strings: 'de=/data/de-en.tsv' (German into English; a locale such as 'pt_BR' works
+      too), 'de-en=...' (the same), 'en-de=...' (English into German), 'de-fr=...' (directions.py).
     what: the name of the option, for error messages.
     new_languages: tags the IANA registry lacks that the user declared (language_codes.CheckNew).
   """
@@ -134,13 +136,24 @@ def ParseLanguageFiles(specs, what, new_languages=()):
     lang, sep, path = spec.partition('=')
     if not sep or not lang.strip() or not path.strip():
       raise report_lib.DataError(
-          f'{what}: {spec!r} is not LANG=PATH with a language code such as de or pt_BR')
-    out.append((language_codes.CheckNew(lang.strip(), f'{what}={spec}', new_languages), path.strip()))
+          f'{what}: {spec!r} is not LANG=PATH or SOURCE-TARGET=PATH with language codes such as de, pt_BR, '
+          'en-de')
+    out.append((CheckDirection(lang.strip(), f'{what}={spec}', new_languages), path.strip()))
   return out
 
 
+def CheckDirection(code, what, new_languages=()):
+  """The corpus key of a language ('de': into English) or a direction ('en-de', 'de-en'), every language in it
+  checked by language_codes.CheckNew (one line naming `what` otherwise)."""
+  source, target = directions.Parse(code, what)  # as typed: AsTag would read 'en-qq' as a region
+  if source == code:
+    return language_codes.CheckNew(code, what, new_languages)
+  return directions.Key(language_codes.CheckNew(source, what, new_languages),
+                        language_codes.CheckNew(target, what, new_languages))
+
+
 class TsvSource:
-  """Plain text files of `source<TAB>target` lines, one file per language (English is the target)."""
+  """Plain text files of `source<TAB>target` lines, one file per direction (key 'de': English targets)."""
 
   def __init__(self, files, max_chars=cleaning.DEFAULT_MAX_CHARS):
     """Constructor.
@@ -155,8 +168,9 @@ class TsvSource:
   def Units(self, report):
     cleaner = cleaning.Cleaner(strip_mnemonics=False, max_chars=self.max_chars, skips=report.skips)
     for tag, path in self.files:
-      if languages.IsEnglish(tag):
-        raise report_lib.DataError(f'{path}: the source language of a TSV file cannot be English ({tag})')
+      if languages.IsEnglish(directions.Source(tag)) and directions.Target(tag) == directions.ENGLISH:
+        raise report_lib.DataError(f'{path}: the file is given as {tag}, English into English; name the '
+                                   f'direction (en-de=...)')
       try:
         with open(path, 'rb') as f:
           data = f.read()

@@ -79,8 +79,16 @@ def test_tool_error_messages(run_main, tmp_path):
   assert (status, line) == (1, "prepare_data: error: --languages: language 'pt' is not in the sources read; "
                                'closest: pt-BR (Portuguese (Brazil)) (3 languages)')
   status, line = run_main(tsv=['de:file.tsv'])
-  assert (status, line) == (1, "prepare_data: error: --tsv: 'de:file.tsv' is not LANG=PATH with a language "
-                               'code such as de or pt_BR')
+  assert (status, line) == (1, "prepare_data: error: --tsv: 'de:file.tsv' is not LANG=PATH or SOURCE-TARGET=PATH "
+                               'with language codes such as de, pt_BR, en-de')
+  status, line = run_main(tsv=[f'en-qq={tmp_path}/x.tsv'])
+  assert (status, line) == (1, f"prepare_data: error: --tsv=en-qq={tmp_path}/x.tsv: 'qq' is not a registered "
+                               'language tag; to add a language that has no tag, declare it with --new_languages=qq')
+  status, line = run_main(tsv=[f'de-de={tmp_path}/x.tsv'])
+  assert (status, line) == (1, f"prepare_data: error: --tsv=de-de={tmp_path}/x.tsv: 'de-de' translates de into "
+                               'itself')
+  status, line = run_main(languages=['en-zz'])
+  assert status == 1 and line.startswith("prepare_data: error: --languages=en-zz: 'zz' is not a registered")
   status, line = run_main(tsv=[f'de={tmp_path}/none.tsv'])
   assert (status, line) == (1, f'prepare_data: error: --tsv=de={tmp_path}/none.tsv: no such readable file')
   status, line = run_main(gettext=False)

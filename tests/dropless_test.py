@@ -69,7 +69,8 @@ def test_decode_step_equals_the_capacity_path_with_room_for_every_token(gating, 
   rng = np.random.RandomState(0)
   x = tf.constant(np.repeat(rng.randn(5, M).astype(np.float32), 8, axis=0)[:, None, :])
   pad = tf.constant((rng.rand(40, 1) < 0.3).astype(np.float32))
-  want = layer._Route(x, pad, None, capacity_factor=0.0, whole_group=True)[0].numpy()  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  want = layer._Route(x, pad, None, capacity_factor=0.0, whole_group=True)[0].numpy()
   step = {'eager': layer.ExtendStep, 'graph': tf.function(layer.ExtendStep),
           'xla': tf.function(layer.ExtendStep, jit_compile=True)}[mode]
   got = step(x, pad).numpy()

@@ -114,12 +114,16 @@ def test_a_new_language_is_built_only_when_declared_and_recorded(tmp_path, capsy
 
 
 def test_declaring_no_new_language_keeps_the_fingerprint_of_builds_that_predate_the_setting():
+  """Nor does the default direction (X->English): both settings came after builds that are still in use."""
   from lingvo_gshard.data import corpus  # pylint: disable=g-import-not-at-top
   rep = report.BuildReport()
   old_style = json.dumps({'pipeline': build.PIPELINE_VERSION, 'config': {
-      k: v for k, v in corpus.CorpusConfig().__dict__.items() if k != 'new_languages'}, 'inputs': []},
+      k: v for k, v in corpus.CorpusConfig().__dict__.items() if k not in ('new_languages', 'direction')},
+                          'inputs': []},
                          sort_keys=True)
   import hashlib  # pylint: disable=g-import-not-at-top
   assert build._Fingerprint(corpus.CorpusConfig(), rep) == hashlib.sha256(old_style.encode()).hexdigest()
   assert build._Fingerprint(corpus.CorpusConfig(new_languages=('xq',)), rep) != build._Fingerprint(
+      corpus.CorpusConfig(), rep)
+  assert build._Fingerprint(corpus.CorpusConfig(direction='both'), rep) != build._Fingerprint(
       corpus.CorpusConfig(), rep)

@@ -24,6 +24,7 @@ from lingvo_gshard.data import build
 from lingvo_gshard.data import cleaning
 from lingvo_gshard.data import corpus
 from lingvo_gshard.data import debian
+from lingvo_gshard.data import directions
 from lingvo_gshard.data import integrity
 from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import report
@@ -44,7 +45,11 @@ _DEBIAN_PACKAGES = flags.DEFINE_list('debian_packages', [],
 _DEBS = flags.DEFINE_list('debs', [], 'Local .deb files whose catalogs are read.')
 _DEB_CACHE = flags.DEFINE_string('deb_cache_dir', '/var/cache/lingvo_gshard/debs',
                                  'Where fetched .deb files are kept (not fetched again).')
-_TSV = flags.DEFINE_list('tsv', [], 'LANG=PATH files of source<TAB>target lines (English target).')
+_TSV = flags.DEFINE_list('tsv', [], 'LANG=PATH files of source<TAB>target lines into English (de=...), or '
+                         'SOURCE-TARGET=PATH for any direction (en-de=..., de-fr=...).')
+_DIRECTION = flags.DEFINE_enum('direction', 'xx-en', directions.DIRECTIONS,
+                               'What X->English inputs (catalogs, LANG=PATH files, datasets) become: themselves, '
+                               'reversed (English->X), or both.')
 _TFDS = flags.DEFINE_list('tfds', [], 'TFDS translation datasets, e.g. wmt19_translate/de-en.')
 _TFDS_SPLIT = flags.DEFINE_string('tfds_split', 'train', 'Split of the --tfds datasets to read.')
 _TFDS_DATA_DIR = flags.DEFINE_string('tfds_data_dir', None, 'data_dir for the --tfds datasets.')
@@ -57,7 +62,8 @@ _TFDS_TEST = flags.DEFINE_string('tfds_test_split', '', 'The dataset\'s split th
 _TFDS_MAX_PAIRS = flags.DEFINE_integer('tfds_max_pairs', 0, 'With --tfds_train_split: at most this many pairs '
                                        'per language and split (0: all).', lower_bound=0)
 _NUM_LANGUAGES = flags.DEFINE_integer('num_languages', 100, 'Keep the N largest languages.', lower_bound=1)
-_LANGUAGES = flags.DEFINE_list('languages', [], 'Keep exactly these languages (tags or locales).')
+_LANGUAGES = flags.DEFINE_list('languages', [], 'Keep exactly these languages (tags or locales; each in every '
+                               'direction built) or directions (fr-en, en-fr).')
 _NEW_LANGUAGES = flags.DEFINE_list(
     'new_languages', [], 'Language tags the IANA registry lacks that --tsv or --languages name on purpose '
     '(a language of your own); recorded in the manifest. Any other unregistered code is refused.')
@@ -179,7 +185,7 @@ def _CheckedConfig():
   """The corpus settings, with every language code, input path and the data directory checked before the
   build reads or creates anything (raises report.DataError naming the flag)."""
   new = tuple(language_codes.CheckDeclared(_NEW_LANGUAGES.value))
-  wanted = tuple(language_codes.CheckNew(code, f'--languages={code}', new) for code in _LANGUAGES.value)
+  wanted = tuple(sources.CheckDirection(code, f'--languages={code}', new) for code in _LANGUAGES.value)
   for tag, path in sources.ParseLanguageFiles(_TSV.value, '--tsv', new):
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
       raise report.DataError(f'--tsv={tag}={path}: no such readable file')
@@ -191,7 +197,7 @@ def _CheckedConfig():
   config = corpus.CorpusConfig(
       num_languages=_NUM_LANGUAGES.value, languages=wanted, dev_fraction=_DEV_FRACTION.value,
       test_fraction=_TEST_FRACTION.value, max_dev=_MAX_DEV.value, max_test=_MAX_TEST.value,
-      min_train=_MIN_TRAIN.value, new_languages=new)
+      min_train=_MIN_TRAIN.value, new_languages=new, direction=_DIRECTION.value)
   config.Validate()
   return config
 

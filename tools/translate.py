@@ -44,6 +44,8 @@ _NBEST = flags.DEFINE_integer('nbest', 1, 'Hypotheses per sentence, best first (
                               upper_bound=64)
 _SOURCE_LANGUAGE = flags.DEFINE_string('source_language', '', 'Language of the input (checked against the '
                                        'languages the model was trained on; recorded in jsonl).')
+_TARGET_LANGUAGE = flags.DEFINE_string('target_language', '', 'Language to translate into (its tag starts the '
+                                       'decoder), one the model was trained to produce; default English.')
 _BUFFER = flags.DEFINE_integer('buffer_size', 10000, 'Lines read before they are translated together (a '
                                'terminal: 1).', lower_bound=1, upper_bound=10_000_000)
 _ERRORS = flags.DEFINE_enum('errors', 'strict', ['strict', 'replace'], 'Input that is not UTF-8: strict = an '
@@ -105,6 +107,9 @@ def _Translator():
   if _SOURCE_LANGUAGE.value and t.source_languages:
     language_codes.CheckIn([_SOURCE_LANGUAGE.value], t.source_languages, '--source_language',
                            'the languages the model was trained on')
+  if _TARGET_LANGUAGE.value:
+    language_codes.CheckIn([_TARGET_LANGUAGE.value], t.target_languages, '--target_language',
+                           'the languages the model was trained to translate into')
   return t
 
 
@@ -118,7 +123,8 @@ def main(argv):
   from lingvo_gshard.serve import export  # pylint: disable=g-import-not-at-top
   from lingvo_gshard.serve import text_io  # pylint: disable=g-import-not-at-top
   options = text_io.Options(nbest=_NBEST.value, format=_FORMAT.value, errors=_ERRORS.value,
-                            source_language=_SOURCE_LANGUAGE.value, buffer_size=_BUFFER.value)
+                            source_language=_SOURCE_LANGUAGE.value, target_language=_TARGET_LANGUAGE.value,
+                            buffer_size=_BUFFER.value)
   stream = sys.stdin.buffer if _INPUT.value == '-' else files.Open(_INPUT.value, 'rb')
   name = '<stdin>' if _INPUT.value == '-' else _INPUT.value
   interactive = _INPUT.value == '-' and sys.stdin.isatty()

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from lingvo_gshard.core import experiment as experiment_lib
 from lingvo_gshard.core import sharding
+from lingvo_gshard.data import directions
 from lingvo_gshard.data import reader
 from lingvo_gshard.eval import batching
 from lingvo_gshard.eval import heldout
@@ -73,7 +74,12 @@ def Metric(name: str, target_lang: str = tokenizer.TARGET_LANGUAGE):
   """The sacrebleu metric reported as `name`: BLEU with the target language's default tokenizer, or chrF
   (character 6-grams, beta 2)."""
   if name == 'bleu':
-    return sacrebleu.BLEU(trg_lang=target_lang)
+    try:
+      return sacrebleu.BLEU(trg_lang=target_lang)
+    except (ImportError, RuntimeError):  # sacrebleu raises RuntimeError when MeCab's packages are missing
+      # ja and ko default to MeCab tokenizers whose packages are optional; characters instead, which the
+      # signature states (tok:char).
+      return sacrebleu.BLEU(tokenize='char')
   if name == 'chrf':
     return sacrebleu.CHRF()
   raise ValueError(f'unknown metric {name!r}; one of {", ".join(METRICS)}')
@@ -93,12 +99,19 @@ def Chrf(hypotheses: List[str], references: List[str]):
 
 def Averages(languages: Dict[str, Dict], manifest: Dict) -> Dict[str, Dict]:
   """Mean BLEU/chrF per resource bucket, over the TOP_N largest languages, and over all, of the scored
-  languages: {'high': {'bleu', 'chrf', 'languages'}, ..., 'top10': ..., 'all': ...}."""
+  languages (directions): {'high': {'bleu', 'chrf', 'languages'}, ..., 'top10': ..., 'all': ...}; with
+  directions both into and out of English also 'xx-en/all', 'xx-en/top10', 'en-xx/all', 'en-xx/top10'."""
   info = manifest['languages']
   groups = {b: [l for l in languages if info.get(l, {}).get('bucket') == b] for b in BUCKETS}
   largest = sorted(info, key=lambda l: -info[l]['train'])[:TOP_N]
   groups[f'top{TOP_N}'] = [l for l in largest if l in languages]
   groups['all'] = list(languages)
+  into_english = [l for l in languages if directions.Target(l) == tokenizer.TARGET_LANGUAGE]
+  out_of_english = [l for l in languages if directions.Source(l) == tokenizer.TARGET_LANGUAGE]
+  if into_english and out_of_english:  # a many-to-many run: each kind of direction on its own too
+    for kind, keys in (('xx-en', into_english), ('en-xx', out_of_english)):
+      groups[f'{kind}/all'] = keys
+      groups[f'{kind}/top{TOP_N}'] = sorted(keys, key=lambda l: -info.get(l, {}).get('train', 0))[:TOP_N]
   out = {}
   for name, langs in groups.items():
     if langs:
@@ -130,12 +143,11 @@ class Evaluator:
     self.batch_tokens = batch_tokens
     self.max_src_len = inp.max_source_length
     self.max_tgt_len = inp.max_target_length
-    start = self.tgt_vocab.TagId(tokenizer.TARGET_LANGUAGE)
+    self.default_start = self.tgt_vocab.TagId(tokenizer.TARGET_LANGUAGE)
     model, eos = self.model, tokenizer.EOS_ID
     self._compiled = {}
 
-    def Decode(src_ids, src_segment_ids, src_positions, max_len):
-      start_ids = tf.fill([tf.shape(src_ids)[0]], start)
+    def Decode(src_ids, src_segment_ids, src_positions, start_ids, max_len):
       return decoding.BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos, max_len,
                                  beam_size=beam_size, length_alpha=length_alpha, no_repeat_ngram=no_repeat_ngram)
 
@@ -149,28 +161,41 @@ class Evaluator:
     if src_len not in self._compiled:
       # Up to training's longest target whatever the bucket; the beam's early stop ends short ones sooner.
       self._compiled[src_len] = tf.function(
-          lambda a, b, c: self._decode_fn(a, b, c, self.max_tgt_len), jit_compile=True,
+          lambda a, b, c, d: self._decode_fn(a, b, c, d, self.max_tgt_len), jit_compile=True,
           autograph=False)
     return self._compiled[src_len]
 
-  def DecodeBatch(self, ids: np.ndarray, segment: np.ndarray, positions: np.ndarray):
-    """One batch of batching.Batch.Arrays -> (ids [rows, K, T], scores [rows, K]) as NumPy, best first."""
-    out, scores = self._Compiled(ids.shape[1])(tf.constant(ids), tf.constant(segment), tf.constant(positions))
+  def StartId(self, target_language: Optional[str] = None) -> int:
+    """The decoder's first token for a target language: its tag <2xx> (English when None)."""
+    return self.default_start if target_language is None else self.tgt_vocab.TagId(target_language)
+
+  def DecodeBatch(self, ids: np.ndarray, segment: np.ndarray, positions: np.ndarray,
+                  starts: Optional[np.ndarray] = None):
+    """One batch of batching.Batch.Arrays -> (ids [rows, K, T], scores [rows, K]) as NumPy, best first;
+    `starts` [rows]: each row's decoder start (StartId; default English)."""
+    if starts is None:
+      starts = np.full([ids.shape[0]], self.default_start, np.int32)
+    out, scores = self._Compiled(ids.shape[1])(tf.constant(ids), tf.constant(segment), tf.constant(positions),
+                                               tf.constant(starts, tf.int32))
     return out.numpy(), scores.numpy()
 
   def TranslateNbest(self, sources: Sequence[str], nbest: int = 1,
-                     progress: Optional[Callable[[int, int], None]] = None, decode_batch=None):
+                     progress: Optional[Callable[[int, int], None]] = None, decode_batch=None,
+                     targets: Optional[Sequence[str]] = None):
     """-> ([[(hypothesis, score)] * nbest] per source, best first; [bool] per source: truncated to
     max_source_length). Scores are beam search's length-normalised log-probabilities. `decode_batch`: what
-    decodes a batch (default DecodeBatch; an exported SavedModel's client passes its own)."""
+    decodes a batch (default DecodeBatch; an exported SavedModel's client passes its own). `targets`: the
+    target language of each source (default: all English)."""
     if not 1 <= nbest <= self.beam_size:
       raise ValueError(f'nbest must be in [1, beam_size {self.beam_size}], got {nbest}')
+    starts = None if targets is None else [self.StartId(t) for t in targets]
     return TranslateNbest(sources, self.src_vocab, self.tgt_vocab, self.max_src_len, self.batch_tokens, nbest,
-                          decode_batch or self.DecodeBatch, progress)
+                          decode_batch or self.DecodeBatch, progress, starts=starts, default_start=self.default_start)
 
-  def Translate(self, sources: Sequence[str], progress: Optional[Callable[[int, int], None]] = None):
+  def Translate(self, sources: Sequence[str], progress: Optional[Callable[[int, int], None]] = None,
+                targets: Optional[Sequence[str]] = None):
     """-> (hypotheses, [bool] per source: truncated to max_source_length)."""
-    nbest, truncated = self.TranslateNbest(sources, 1, progress)
+    nbest, truncated = self.TranslateNbest(sources, 1, progress, targets=targets)
     return [n[0][0] for n in nbest], truncated
 
   def ResultDir(self, test_set_name: str) -> str:
@@ -186,7 +211,8 @@ class Evaluator:
     results_path = os.path.join(self.ResultDir(test_set.name), 'results.json')
     previous = self._PreviousResults(results_path)  # checked before decoding: a refusal must not cost it
     sources = [s for lang in test_set.pairs for s, _ in test_set.pairs[lang]]
-    hyps, truncated, seconds = self._Decode(sources, test_set.name, len(test_set.pairs))
+    targets = [directions.Target(lang) for lang in test_set.pairs for _ in test_set.pairs[lang]]
+    hyps, truncated, seconds = self._Decode(sources, test_set.name, len(test_set.pairs), targets)
     languages, signatures = self._Score(test_set, hyps, truncated, manifest, previous)
     self._WriteHypotheses(test_set, hyps)
     out = {'experiment': type(self.exp).__name__, 'checkpoint': self.checkpoint,
@@ -215,7 +241,8 @@ class Evaluator:
                        f'no-repeat n-gram {self.no_repeat_ngram} into it (move it away first)')
     return previous
 
-  def _Decode(self, sources: List[str], name: str, num_languages: int) -> Tuple[List[str], List[bool], float]:
+  def _Decode(self, sources: List[str], name: str, num_languages: int,
+              targets: List[str]) -> Tuple[List[str], List[bool], float]:
     """Translates `sources`, logging progress every 15 s; returns (hypotheses, truncated flags, seconds)."""
     self.log(f'decoding {len(sources)} sentences of {num_languages} languages ({name}, beam '
              f'{self.beam_size}, {os.path.basename(self.checkpoint)})')
@@ -228,30 +255,35 @@ class Evaluator:
         rate = done / max(now - start, 1e-9)
         self.log(f'  decoded {done}/{total} sentences, {rate:.1f}/s, eta {(total - done) / max(rate, 1e-9):.0f}s')
 
-    hyps, truncated = self.Translate(sources, Progress)
+    hyps, truncated = self.Translate(sources, Progress,
+                                     targets=None if set(targets) <= {tokenizer.TARGET_LANGUAGE} else targets)
     return hyps, truncated, time.time() - start
 
   def _Score(self, test_set: heldout.TestSet, hyps: List[str], truncated_flags: List[bool], manifest: Dict,
              previous: Dict) -> Tuple[Dict, Tuple[str, str]]:
     """BLEU and chrF of each language (merged into the previous results' languages), and the signatures."""
     languages = dict(previous.get('languages', {}))
-    bleu_sig = chrf_sig = ''
+    bleu_sig = chrf_sig = english_sig = ''
     info = manifest['languages']
     for lang, (begin, end) in _Spans(test_set).items():
       lang_hyps, refs = hyps[begin:end], [t for _, t in test_set.pairs[lang]]
-      bleu, bleu_sig = Bleu(lang_hyps, refs)
+      bleu, bleu_sig = Bleu(lang_hyps, refs, directions.Target(lang))
       chrf, chrf_sig = Chrf(lang_hyps, refs)
       truncated = sum(truncated_flags[begin:end])
       languages[lang] = {'bleu': bleu, 'chrf': chrf, 'sentences': len(refs),
                          'distinct': len(set(lang_hyps)) / len(lang_hyps), 'truncated': truncated,
                          'bucket': info.get(lang, {}).get('bucket', '?'), 'train': info.get(lang, {}).get('train', 0)}
+      if directions.Target(lang) != tokenizer.TARGET_LANGUAGE:  # its own tokenizer: its own signature
+        languages[lang]['bleu_signature'] = bleu_sig
+      else:
+        english_sig = bleu_sig
       self.log(f'{lang:<12} BLEU {bleu:6.2f}  chrF {chrf:6.2f}  ({len(refs)} sentences, '
                f'{languages[lang]["distinct"]:.0%} distinct{f", {truncated} truncated" if truncated else ""})')
     truncated_total = sum(languages[lang]['truncated'] for lang in test_set.pairs)
     if truncated_total:
       self.log(f'{truncated_total} sources longer than max_source_length={self.max_src_len} pieces were '
                'truncated to it')
-    return languages, (bleu_sig, chrf_sig)
+    return languages, (english_sig or bleu_sig, chrf_sig)  # the run's signature: its X->English one if any
 
   def _WriteHypotheses(self, test_set: heldout.TestSet, hyps: List[str]):
     """<lang>.src, .ref and .hyp, a sentence a line, in the result directory (what compare_runs rescores)."""
@@ -265,15 +297,22 @@ class Evaluator:
 
 
 def TranslateNbest(sources: Sequence[str], src_vocab, tgt_vocab, max_src_len: int, batch_tokens: int,
-                   nbest: int, decode_batch, progress=None):
+                   nbest: int, decode_batch, progress=None, starts=None, default_start=None):
   """Encodes `sources`, decodes them in batching.Batches with `decode_batch` ((ids, segment, positions) ->
-  (ids [rows, K, T], scores [rows, K])), and decodes the `nbest` best of each: see Evaluator.TranslateNbest."""
+  (ids [rows, K, T], scores [rows, K]); with `starts`, the decoder start id of each source, it is also given
+  the [rows] starts of the batch, default_start on padding rows), and decodes the `nbest` best of each: see
+  Evaluator.TranslateNbest."""
   pieces = [batching.SourceIds(src_vocab.Encode(s), max_src_len) for s in sources]
   encoded, truncated = [p for p, _ in pieces], [t for _, t in pieces]
   out = [[] for _ in encoded]
   done = 0
   for batch in batching.Batches([len(e) for e in encoded], max_src_len, batch_tokens):
-    ids, scores = decode_batch(*batch.Arrays(encoded))
+    arrays = batch.Arrays(encoded)
+    if starts is not None:
+      rows = np.full([arrays[0].shape[0]], default_start, np.int32)
+      rows[:len(batch.indices)] = [starts[j] for j in batch.indices]
+      arrays += (rows,)
+    ids, scores = decode_batch(*arrays)
     for r, j in enumerate(batch.indices):
       out[j] = [(tgt_vocab.Decode(ids[r, k]), float(scores[r, k])) for k in range(nbest)]  # up to eos, no tags
     done += len(batch.indices)

@@ -21,6 +21,7 @@ import tensorflow as tf
 from lingvo_gshard.core import domains
 from lingvo_gshard.core import hyperparams
 from lingvo_gshard.data import corpus
+from lingvo_gshard.data import directions
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report as report_lib
 from lingvo_gshard.input import mixture
@@ -246,10 +247,20 @@ class MTInput:
     with tf.control_dependencies(updates):
       src = tf.ragged.boolean_mask(src, keep)
     tgt = tf.ragged.boolean_mask(tgt, keep)
-    tags = tf.fill([tf.shape(src.row_lengths())[0]], tgt_vocab.TagId(tokenizer.TARGET_LANGUAGE))
+    tags = self._StartTags(tgt_vocab, tf.boolean_mask(window['lang'], keep))
     if p.packing:
       return packing.Pack(src, tgt, tags, p.packed_source_length, p.packed_target_length)
     return packing.Unpacked(src, tgt, tags, p.max_source_length, p.max_target_length)
+
+  def _StartTags(self, tgt_vocab, keys):
+    """[N] decoder start ids of examples of direction `keys` [N]: the tag of each one's target language."""
+    targets = [directions.Target(k) for k in self._languages]
+    if set(targets) == {tokenizer.TARGET_LANGUAGE}:
+      return tf.fill(tf.shape(keys), tgt_vocab.TagId(tokenizer.TARGET_LANGUAGE))
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(self._languages),
+                                            tf.constant([tgt_vocab.TagId(t) for t in targets], tf.int32)), -1)
+    return table.lookup(keys)
 
   def RowLengths(self):
     """(Ls, Lt) of the rows this input yields."""

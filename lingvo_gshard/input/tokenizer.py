@@ -30,6 +30,7 @@ from sentencepiece import sentencepiece_model_pb2 as sp_model_pb2
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from lingvo_gshard.data import directions
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report as report_lib
 from lingvo_gshard.input import mixture
@@ -38,7 +39,7 @@ from lingvo_gshard.utils import files
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
-TARGET_LANGUAGE = 'en'  # The corpus is X -> English: every target is English.
+TARGET_LANGUAGE = 'en'  # The default target: a corpus key without one is X -> English (data/directions.py).
 KINDS = ('shared', 'source', 'target')
 
 
@@ -239,7 +240,7 @@ def EnsureVocabularies(data_dir, vocab_dir, kind, source_size, target_size, lang
                                f'{target_size}')
   manifest = reader.LoadManifest(data_dir)
   languages = mixture.CheckLanguages(manifest, languages, data_dir)
-  tags = [TARGET_LANGUAGE] + [t for t in manifest['languages'] if t != TARGET_LANGUAGE]
+  tags = directions.Languages(manifest['languages'])  # English first, then every language of a direction
   if user_models:
     return _UserVocabularies(kind, {'shared': source_size} if kind == 'shared' else
                              {'source': source_size, 'target': target_size}, user_models, tags, log, key)

@@ -24,6 +24,7 @@ from typing import Callable, Dict
 
 import tensorflow as tf
 
+from lingvo_gshard.data import directions
 from lingvo_gshard.data import reader
 from lingvo_gshard.eval import batching
 from lingvo_gshard.eval import evaluator as evaluator_lib
@@ -54,6 +55,7 @@ class ServingModule(tf.Module):
     self._src_tokenizer, self._tgt_tokenizer = ev.src_vocab.tf_tokenizer, ev.tgt_vocab.tf_tokenizer
     self._detokenize = ev.tgt_vocab.Detokenize
     self._max_src_len, self._beam = ev.max_src_len, ev.beam_size
+    self._start = tf.constant(ev.default_start, tf.int32)  # into English, the default direction
     self._buckets = batching.Buckets(ev.max_src_len)
     self._rows = {b: batching.RowsOf(b, ev.batch_tokens) for b in self._buckets}
     # The evaluator's own XLA-compiled beam search per bucket (one compiled program per static shape), held
@@ -70,7 +72,8 @@ class ServingModule(tf.Module):
     ids = tf.reshape(tf.pad(ids, [[0, batches * rows - n], [0, 0]]), [batches, rows, length])
     segment = tf.cast(ids != 0, tf.int32)
     positions = tf.where(segment != 0, tf.range(length, dtype=tf.int32)[None, None], 0)
-    out, scores = tf.map_fn(lambda x: self._decoder(length)(*x), (ids, segment, positions),
+    starts = tf.fill([batches, rows], self._start)
+    out, scores = tf.map_fn(lambda x: self._decoder(length)(*x), (ids, segment, positions, starts),
                             fn_output_signature=(tf.int32, tf.float32))
     k, t = tf.shape(out)[2], tf.shape(out)[3]
     return tf.reshape(out, [-1, k, t])[:n], tf.reshape(scores, [-1, k])[:n]
@@ -101,7 +104,8 @@ def Metadata(evaluator, exp_name: str) -> Dict:
       'max_source_length': ev.max_src_len, 'max_target_length': ev.max_tgt_len,
       'buckets': batching.Buckets(ev.max_src_len), 'target_language': tokenizer.TARGET_LANGUAGE,
       'corpus': corpus_identity.ReadData(ev.logdir), 'code_commit': provenance.CodeCommit(),
-      'source_languages': list(reader.LoadManifest(ev.data_dir)['languages']),
+      'source_languages': list(dict.fromkeys(
+          directions.Source(k) for k in reader.LoadManifest(ev.data_dir)['languages'])),
       'source_spm_sha256': hashlib.sha256(ev.src_vocab.model_bytes).hexdigest(),
       'target_spm_sha256': hashlib.sha256(ev.tgt_vocab.model_bytes).hexdigest(),
       'exported_at': time.strftime('%Y-%m-%dT%H:%M:%S'),

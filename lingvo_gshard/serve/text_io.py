@@ -16,6 +16,7 @@ class Options:
   format: str = 'text'  # 'text' or 'jsonl'
   errors: str = 'strict'  # bad UTF-8: 'strict' (an error naming the line) or 'replace' (U+FFFD, counted)
   source_language: str = ''
+  target_language: str = ''  # '' = the model's default (English)
   buffer_size: int = 10000
 
 
@@ -59,6 +60,8 @@ def Format(number: int, source: str, nbest: List[Tuple[str, float]], truncated: 
     row = {'line': number, 'source': source, 'translation': best, 'score': round(score, 4), 'truncated': truncated}
     if options.source_language:
       row['source_language'] = options.source_language
+    if options.target_language:
+      row['target_language'] = options.target_language
     if options.nbest > 1:
       row['nbest'] = [{'translation': h, 'score': round(s, 4)} for h, s in nbest]
     return json.dumps(row, ensure_ascii=False) + '\n'
@@ -72,7 +75,9 @@ def _TranslateBuffer(translator, rows, out, counts: Counts, options: Options, pr
   todo = [i for i, (_, text, _) in enumerate(rows) if text.strip()]
   start = time.time()
   texts = [rows[i][1] for i in todo]
-  nbest, truncated = translator.TranslateNbest(texts, options.nbest, progress) if todo else ([], [])
+  nbest, truncated = (translator.TranslateNbest(texts, options.nbest, progress,
+                                                target_language=options.target_language or None)
+                      if todo else ([], []))
   counts.decode_seconds += time.time() - start
   results = {i: (n, c) for i, n, c in zip(todo, nbest, truncated)}
   for i, (number, text, replaced) in enumerate(rows):

@@ -13,6 +13,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from lingvo_gshard.data import directions
 from lingvo_gshard.eval import batching
 from lingvo_gshard.serve import export
 
@@ -34,25 +35,31 @@ class Translator:
 
   settings: Settings
   source_languages: List[str]  # the languages the model was trained to translate from ([] if unknown)
+  target_languages: List[str]  # and into (['en'] for an X->English model)
   description: str  # what is translating, for the log: the checkpoint or the export
 
   def TranslateNbest(self, sources: Sequence[str], nbest: int = 1,
-                     progress: Optional[Callable[[int, int], None]] = None) -> Tuple[Nbest, List[bool]]:
+                     progress: Optional[Callable[[int, int], None]] = None,
+                     target_language: Optional[str] = None) -> Tuple[Nbest, List[bool]]:
+    """`target_language`: the language to translate into (its tag starts the decoder; default English)."""
     raise NotImplementedError
 
 
 class _RunTranslator(Translator):
   """A run's checkpoint, restored in this process by the evaluator (same code path as its decodes)."""
 
-  def __init__(self, evaluator, source_languages: List[str]):
+  def __init__(self, evaluator, keys: List[str]):
+    """`keys`: the directions of the run's corpus (data/directions.py)."""
     self.evaluator = evaluator
     self.settings = Settings(evaluator.beam_size, evaluator.length_alpha, evaluator.no_repeat_ngram,
                              evaluator.batch_tokens, evaluator.max_src_len)
-    self.source_languages = source_languages
+    self.source_languages = list(dict.fromkeys(directions.Source(k) for k in keys))
+    self.target_languages = directions.Targets(keys)
     self.description = evaluator.checkpoint
 
-  def TranslateNbest(self, sources, nbest=1, progress=None):
-    return self.evaluator.TranslateNbest(sources, nbest, progress)
+  def TranslateNbest(self, sources, nbest=1, progress=None, target_language=None):
+    targets = None if target_language is None else [target_language] * len(sources)
+    return self.evaluator.TranslateNbest(sources, nbest, progress, targets=targets)
 
 
 def FromRun(exp, logdir: str, data_dir: str = '', checkpoint: str = '', beam_size: int = 4,
@@ -79,6 +86,7 @@ class _SavedModelTranslator(Translator):
     self.settings = Settings(m['beam_size'], m['length_alpha'], m['no_repeat_ngram'], m['batch_tokens'],
                              m['max_source_length'])
     self.source_languages = list(m.get('source_languages', []))
+    self.target_languages = [m.get('target_language', 'en')]
     self.description = f'{export_dir} ({m["experiment"]} {m["checkpoint"]})'
     with tf.io.gfile.GFile(os.path.join(export_dir, export.EXTRA, export.SOURCE_SPM), 'rb') as f:
       self._spm = spm.SentencePieceProcessor(model_proto=f.read())
@@ -88,7 +96,9 @@ class _SavedModelTranslator(Translator):
       raise export.ExportError(f'--saved_model={export_dir}: cannot load it '
                                f'({(str(e).splitlines() or [type(e).__name__])[0][:160]})') from None
 
-  def TranslateNbest(self, sources, nbest=1, progress=None):
+  def TranslateNbest(self, sources, nbest=1, progress=None, target_language=None):
+    if target_language not in (None, *self.target_languages):
+      raise ValueError(f'this export translates into {", ".join(self.target_languages)}, not {target_language}')
     s = self.settings
     if not 1 <= nbest <= s.beam_size:
       raise ValueError(f'nbest must be in [1, beam_size {s.beam_size}], got {nbest}')
