@@ -196,3 +196,27 @@ def test_evaluation_scores_every_direction_with_its_targets_tokenizer(both_run):
   assert 'tok:13a' in out['languages']['en-de']['bleu_signature']
   # Japanese: sacrebleu's ja-mecab where MeCab's packages are installed, else characters (stated).
   assert any(f'tok:{t}' in out['languages']['en-ja']['bleu_signature'] for t in ('ja-mecab', 'char'))
+
+
+def test_export_translates_into_the_target_it_is_given(both_run, tmp_path):
+  """The SavedModel's translate_to signature gives translate's hypotheses for each target; serving_default
+  stays into English; a language the model has no tag for fails the call, naming it."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.data import reader  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.serve import export  # pylint: disable=g-import-not-at-top
+  from lingvo_gshard.serve import translator  # pylint: disable=g-import-not-at-top
+  exp, logdir = both_run
+  ev = evaluator.Evaluator(exp, logdir, log=lambda line: None)
+  export.Export(ev, 'SmallMoE', str(tmp_path / 'model'), log=lambda line: None)
+  english = [s for s, _ in reader.Pairs(exp.DATA_DIR, 'en-de', 'test')][:6]
+  served = translator.FromSavedModel(str(tmp_path / 'model'))
+  assert sorted(served.target_languages) == ['de', 'el', 'en', 'ja', 'ru']
+  for target in ('ru', 'en'):
+    want, _ = ev.TranslateNbest(english, targets=[target] * len(english))
+    got, _ = served.TranslateNbest(english, target_language=target)
+    assert [g[0][0] for g in got] == [w[0][0] for w in want]
+    assert [g[0][1] for g in got] == pytest.approx([w[0][1] for w in want], abs=1e-4)
+  to = tf.saved_model.load(str(tmp_path / 'model')).signatures['translate_to']
+  with pytest.raises(tf.errors.InvalidArgumentError, match='xx'):
+    to(sources=tf.constant(english[:1]), target_languages=tf.constant(['xx']))

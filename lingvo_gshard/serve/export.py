@@ -56,6 +56,10 @@ class ServingModule(tf.Module):
     self._detokenize = ev.tgt_vocab.Detokenize
     self._max_src_len, self._beam = ev.max_src_len, ev.beam_size
     self._start = tf.constant(ev.default_start, tf.int32)  # into English, the default direction
+    # Language -> its tag's id, for translate_to; -1 for a language the model has no tag for.
+    self._targets = list(ev.tgt_vocab.tags)
+    self._tag_ids = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(self._targets), tf.constant([ev.tgt_vocab.TagId(t) for t in self._targets], tf.int32)), -1)
     self._buckets = batching.Buckets(ev.max_src_len)
     self._rows = {b: batching.RowsOf(b, ev.batch_tokens) for b in self._buckets}
     # The evaluator's own XLA-compiled beam search per bucket (one compiled program per static shape), held
@@ -63,8 +67,9 @@ class ServingModule(tf.Module):
     decoders = {b: ev._Compiled(b) for b in self._buckets}  # pylint: disable=protected-access
     self._decoder = lambda length: decoders[length]
 
-  def _DecodeBucket(self, sources: tf.RaggedTensor, length: int):
-    """sources [N, (<= length)] -> (ids [N, K, T], scores [N, K]), in batches of the bucket's static shape."""
+  def _DecodeBucket(self, sources: tf.RaggedTensor, starts, length: int):
+    """sources [N, (<= length)], starts [N] (decoder start ids) -> (ids [N, K, T], scores [N, K]), in batches
+    of the bucket's static shape."""
     rows = self._rows[length]
     ids = sources.to_tensor(default_value=0, shape=[None, length])
     n = tf.shape(ids)[0]
@@ -72,7 +77,7 @@ class ServingModule(tf.Module):
     ids = tf.reshape(tf.pad(ids, [[0, batches * rows - n], [0, 0]]), [batches, rows, length])
     segment = tf.cast(ids != 0, tf.int32)
     positions = tf.where(segment != 0, tf.range(length, dtype=tf.int32)[None, None], 0)
-    starts = tf.fill([batches, rows], self._start)
+    starts = tf.reshape(tf.pad(starts, [[0, batches * rows - n]], constant_values=self._start), [batches, rows])
     out, scores = tf.map_fn(lambda x: self._decoder(length)(*x), (ids, segment, positions, starts),
                             fn_output_signature=(tf.int32, tf.float32))
     k, t = tf.shape(out)[2], tf.shape(out)[3]
@@ -80,6 +85,22 @@ class ServingModule(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name='sources')], autograph=False)
   def Translate(self, sources):
+    """serving_default: into English."""
+    return self._Translate(sources, tf.fill(tf.shape(sources), self._start))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name='sources'),
+                                tf.TensorSpec([None], tf.string, name='target_languages')], autograph=False)
+  def TranslateTo(self, sources, target_languages):
+    """translate_to: each source into its target language ('fr', 'zh-CN'); one the model has no tag for
+    fails the call with InvalidArgument naming it."""
+    starts = self._tag_ids.lookup(target_languages)
+    unknown = tf.boolean_mask(target_languages, starts < 0)
+    check = tf.debugging.Assert(tf.size(unknown) == 0, ['target language without a tag in the model:', unknown,
+                                                        'known:', tf.constant(self._targets)])
+    with tf.control_dependencies([check]):
+      return self._Translate(sources, tf.identity(starts))
+
+  def _Translate(self, sources, starts):
     pieces = self._src_tokenizer.tokenize(sources)
     truncated = pieces.row_lengths() + 1 > self._max_src_len
     pieces = pieces[:, :self._max_src_len - 1]
@@ -87,7 +108,8 @@ class ServingModule(tf.Module):
     pieces = tf.concat([tf.cast(pieces, tf.int32), eos], axis=1)
     longest = tf.reduce_max(tf.concat([pieces.row_lengths(), [1]], 0))
     bucket = tf.reduce_sum(tf.cast(tf.constant(self._buckets, tf.int64) < longest, tf.int32))
-    ids, scores = tf.switch_case(bucket, [functools.partial(self._DecodeBucket, pieces, b) for b in self._buckets])
+    ids, scores = tf.switch_case(bucket, [functools.partial(self._DecodeBucket, pieces, starts, b)
+                                          for b in self._buckets])
     k = self._beam
     texts = tf.reshape(self._detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]])), [-1, k])
     return {'translations': texts[:, 0], 'scores': scores[:, 0], 'nbest_translations': texts,
@@ -103,6 +125,7 @@ def Metadata(evaluator, exp_name: str) -> Dict:
       'length_alpha': ev.length_alpha, 'no_repeat_ngram': ev.no_repeat_ngram, 'batch_tokens': ev.batch_tokens,
       'max_source_length': ev.max_src_len, 'max_target_length': ev.max_tgt_len,
       'buckets': batching.Buckets(ev.max_src_len), 'target_language': tokenizer.TARGET_LANGUAGE,
+      'target_languages': directions.Targets(reader.LoadManifest(ev.data_dir)['languages']),
       'corpus': corpus_identity.ReadData(ev.logdir), 'code_commit': provenance.CodeCommit(),
       'source_languages': list(dict.fromkeys(
           directions.Source(k) for k in reader.LoadManifest(ev.data_dir)['languages'])),
@@ -135,7 +158,8 @@ def Export(evaluator, exp_name: str, export_dir: str, overwrite: bool = False,
   if files.Exists(staging):
     files.RemoveTree(staging)
   try:
-    tf.saved_model.save(module, staging, signatures={'serving_default': module.Translate})
+    tf.saved_model.save(module, staging, signatures={'serving_default': module.Translate,
+                                                     'translate_to': module.TranslateTo})
     extra = os.path.join(staging, EXTRA)
     files.MakeDirs(extra)
     metadata = Metadata(evaluator, exp_name)

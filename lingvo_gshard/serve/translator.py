@@ -86,18 +86,22 @@ class _SavedModelTranslator(Translator):
     self.settings = Settings(m['beam_size'], m['length_alpha'], m['no_repeat_ngram'], m['batch_tokens'],
                              m['max_source_length'])
     self.source_languages = list(m.get('source_languages', []))
-    self.target_languages = [m.get('target_language', 'en')]
+    self.target_languages = list(m.get('target_languages', [m.get('target_language', 'en')]))
     self.description = f'{export_dir} ({m["experiment"]} {m["checkpoint"]})'
     with tf.io.gfile.GFile(os.path.join(export_dir, export.EXTRA, export.SOURCE_SPM), 'rb') as f:
       self._spm = spm.SentencePieceProcessor(model_proto=f.read())
     try:
-      self._serve = tf.saved_model.load(export_dir).signatures['serving_default']
+      signatures = tf.saved_model.load(export_dir).signatures
+      self._serve = signatures['serving_default']
+      self._serve_to = signatures.get('translate_to')  # exports written before directions have none
     except (tf.errors.OpError, ValueError, KeyError, OSError) as e:
       raise export.ExportError(f'--saved_model={export_dir}: cannot load it '
                                f'({(str(e).splitlines() or [type(e).__name__])[0][:160]})') from None
 
   def TranslateNbest(self, sources, nbest=1, progress=None, target_language=None):
-    if target_language not in (None, *self.target_languages):
+    if target_language == self.metadata.get('target_language', 'en'):
+      target_language = None  # serving_default's
+    if target_language not in (None, *self.target_languages) or (target_language and not self._serve_to):
       raise ValueError(f'this export translates into {", ".join(self.target_languages)}, not {target_language}')
     s = self.settings
     if not 1 <= nbest <= s.beam_size:
@@ -107,7 +111,11 @@ class _SavedModelTranslator(Translator):
     truncated = [False] * len(sources)
     done = 0
     for batch in batching.Batches(lengths, s.max_source_length, s.batch_tokens):
-      result = self._serve(sources=tf.constant([sources[j] for j in batch.indices], tf.string))
+      texts_in = tf.constant([sources[j] for j in batch.indices], tf.string)
+      if target_language:
+        result = self._serve_to(sources=texts_in, target_languages=tf.fill(tf.shape(texts_in), target_language))
+      else:
+        result = self._serve(sources=texts_in)
       texts, scores = result['nbest_translations'].numpy(), result['nbest_scores'].numpy()
       cut = result['truncated'].numpy()
       for r, j in enumerate(batch.indices):
