@@ -137,3 +137,20 @@ def test_bad_splits_are_one_line_and_write_nothing(tfds_dir, tmp_path, args, mes
   assert out.returncode == 1 and len(lines) == 1 and lines[0].startswith(f'prepare_data: error: {message}'), \
       out.stderr[-2000:]
   assert not os.path.exists(data_dir)
+
+
+def test_memory_benchmark_builds_each_size_in_a_fresh_process(tmp_path):
+  """tools/tfds_memory_benchmark on two small sizes: datasets written, corpora built with every pair, the
+  peak RSS of each build measured (that of a TensorFlow process: more than 100 MB) and their ratio."""
+  out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.tfds_memory_benchmark',
+                        f'--work_dir={tmp_path}', '--pairs=300,600', '--json=-'],
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-2000:]
+  import json  # pylint: disable=g-import-not-at-top
+  result = json.loads(out.stdout[out.stdout.index('{'):])
+  assert [r['train_pairs'] for r in result['rows']] == [300, 600]
+  assert all(r['build_peak_rss_gib'] > 0.1 for r in result['rows'])
+  assert result['largest_over_smallest'] == pytest.approx(
+      result['rows'][1]['build_peak_rss_gib'] / result['rows'][0]['build_peak_rss_gib'], abs=2e-3)
+  assert reader.LoadManifest(str(tmp_path / 'pairs_600' / 'data'))['totals'] == {
+      'train': 600, 'dev': 3000, 'test': 3000}
