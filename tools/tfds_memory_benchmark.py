@@ -92,6 +92,11 @@ def main(argv):
     _common.Fail('tfds_memory_benchmark', f'--pairs={",".join(_PAIRS.value)}: not whole numbers')
   if not sizes or min(sizes) < 1 or sizes != sorted(sizes):
     _common.Fail('tfds_memory_benchmark', '--pairs needs sizes >= 1, smallest first')
+  from lingvo_gshard.utils import files  # pylint: disable=g-import-not-at-top
+  try:
+    files.CheckWritableDir(_WORK_DIR.value, '--work_dir')
+  except ValueError as e:
+    _common.Fail('tfds_memory_benchmark', str(e))
   rows = []
   for pairs in sizes:
     root = os.path.join(_WORK_DIR.value, f'pairs_{pairs}')
