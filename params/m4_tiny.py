@@ -50,6 +50,7 @@ class M4TinyBase(experiment.Experiment):
   # Sources run ~1.8x as many pieces as their English targets: rows of 128/80 come out ~95% full.
   PACKED_SOURCE_LENGTH = 128
   PACKED_TARGET_LENGTH = 80
+  DECODE_FIRST_CACHE_LENGTH = 8  # decode loops' caches grow from this; >= MAX_LENGTH: one loop, fastest to compile
   DATA_DIR = ''               # '': the default data directory (paths.DefaultDataDir()); --data_dir overrides
   LANGUAGES = ()              # empty: every language of the corpus
   TEMPERATURE = 5.0           # p_l ∝ n_l^(1/T), the M4 setting
@@ -78,7 +79,7 @@ class M4TinyBase(experiment.Experiment):
         name='mt', source_vocab_size=self.SOURCE_VOCAB, target_vocab_size=self.TARGET_VOCAB,
         model_dim=self.MODEL_DIM, num_heads=self.NUM_HEADS, hidden_dim=self.HIDDEN_DIM,
         input_dropout_prob=self.DROPOUT, label_smoothing=self.LABEL_SMOOTHING, aux_loss_weight=0.01,
-        fprop_dtype=self.FPROP_DTYPE)
+        fprop_dtype=self.FPROP_DTYPE, decode_first_cache_length=self.DECODE_FIRST_CACHE_LENGTH)
     for stack in (p.encoder, p.decoder):
       stack.num_layers = self.NUM_LAYERS
       stack.layer_tpl.Set(atten_dropout_prob=self.INNER_DROPOUT, residual_dropout_prob=self.DROPOUT)

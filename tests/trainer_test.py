@@ -28,6 +28,9 @@ class _SmallMoE(m4_tiny.M4TinyBase):
   MODEL_DIM, NUM_HEADS, HIDDEN_DIM, NUM_LAYERS, NUM_EXPERTS, GROUP_SIZE = 32, 2, 64, 2, 4, 64
   SOURCE_VOCAB = TARGET_VOCAB = 600
   BATCH_ROWS, MAX_LENGTH = 4, 48
+  # One decode loop (full-length caches): a quarter of the program to trace and compile in every process
+  # that decodes; mt_model_test checks growing caches against it.
+  DECODE_FIRST_CACHE_LENGTH = 48
 
   def __init__(self, data_dir):
     self.DATA_DIR = data_dir

@@ -261,6 +261,7 @@ class MyExperiment(m4_tiny.M4TinyBase):
   SOURCE_VOCAB = TARGET_VOCAB = 400  # the fewest pieces that hold every character and language tag
   BATCH_ROWS, MAX_LENGTH, PACKED_SOURCE_LENGTH, PACKED_TARGET_LENGTH = 4, 48, 96, 96
   MAX_STEPS, WARMUP_STEPS, SAVE_INTERVAL, DROPOUT = 4, 2, 4, 0.0
+  DECODE_FIRST_CACHE_LENGTH = 48  # one decode loop: the quickest to compile
 
   def _Input(self, split, repeat):
     p = super()._Input(split, repeat)

@@ -67,11 +67,12 @@ def _SegmentedLoop(cond, body, loop_vars, cache_lengths):
 
 
 def GreedyDecode(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len,
-                 first_cache_len=8):
+                 first_cache_len=None):
   """-> (ids [B,T] int32, padded with eos after the first eos; lengths [B] incl. eos; scores [B]).
 
-  `first_cache_len`: see CacheLengths (>= max_len: one loop over full-length caches)."""
-  lengths = CacheLengths(max_len, first_cache_len)
+  `first_cache_len`: see CacheLengths (>= max_len: one loop over full-length caches; default: the model's
+  decode_first_cache_length)."""
+  lengths = CacheLengths(max_len, first_cache_len or model.p.decode_first_cache_length)
   state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, lengths[0])
   b = tf.shape(src_ids)[0]
 
@@ -134,7 +135,7 @@ def RepeatedNgramBans(seq, step, n, vocab):
 
 
 def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id, max_len, beam_size=4,
-               length_alpha=0.6, early_stop=True, with_steps=False, no_repeat_ngram=0, first_cache_len=8):
+               length_alpha=0.6, early_stop=True, with_steps=False, no_repeat_ngram=0, first_cache_len=None):
   """-> (ids [B,K,T], scores [B,K] length-normalised, best first), and with `with_steps` the number of
   decoder steps run. Hypotheses that never emit eos by
   max_len compete as finished at length T. With `no_repeat_ngram` = n > 0 no hypothesis contains the same
@@ -143,7 +144,8 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   With `early_stop` the loop ends as soon as no alive hypothesis of any row can still enter that row's K
   finished ones (T2T's bound: log-probs only fall and the length penalty grows up to LengthPenalty(T), so an
   alive beam's best possible finished score is its log-prob / LengthPenalty(T)). The result is the same as
-  running all T steps; only the steps that cannot change it are skipped. `first_cache_len`: see CacheLengths.
+  running all T steps; only the steps that cannot change it are skipped. `first_cache_len`: see CacheLengths
+  (default: the model's decode_first_cache_length).
 
   Rows whose source is all padding (src_segment_ids 0) are absent: they do not keep the loop running and their
   outputs are meaningless. The tokens of absent rows, of rows that can no longer change (the bound above),
@@ -158,7 +160,7 @@ def BeamSearch(model, src_ids, src_segment_ids, src_positions, start_ids, eos_id
   # The source is encoded once per row (K copies would repeat the encoder's work K times), and its
   # cross-attention keys, values and mask stay one per row: attention reads them for all K beams of the row.
   # Only the self-attention caches, which differ per beam, are K per row.
-  lengths = CacheLengths(max_len, first_cache_len)
+  lengths = CacheLengths(max_len, first_cache_len or model.p.decode_first_cache_length)
   state = model.InitDecoderState(src_ids, src_segment_ids, src_positions, lengths[0])
   state['caches'] = [dict(c, self={n: _Tile(t, k) for n, t in c['self'].items()}) for c in state['caches']]
   vocab = model.p.target_vocab_size

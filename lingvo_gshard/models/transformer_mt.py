@@ -45,6 +45,11 @@ class TransformerMT(base_layer.BaseLayer):
              "Coefficient of the MoE layers' summed router z-loss (ST-MoE: the mean of logsumexp(router "
              "logits)^2; Hugging Face NLLB-MoE's router_z_loss_coef, ST-MoE used 1e-3); 0 = off. Logged as "
              "'router_z_loss' either way.", domains.NonNegative())
+    p.Define('decode_first_cache_length', 8,
+             'Self-attention cache length of the first decode loop; each next loop doubles it up to the '
+             'decode length (decoding.CacheLengths). Growing caches read less per step; each loop is one more '
+             'copy of the decoder in the compiled program, so a value >= the decode length (one loop) compiles '
+             'fastest.', domains.Positive(int))
     return p
 
   @classmethod
