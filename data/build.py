@@ -264,7 +264,8 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
     try:
       log(f'writing {len(corpus.languages)} languages into {staging}...')
       builder = gettext_m4.GettextM4(corpus=corpus, data_dir=staging)
-      builder.download_and_prepare(download_dir=os.path.join(staging, 'downloads'))
+      with gettext_m4.BoundedWriterMemory():
+        builder.download_and_prepare(download_dir=os.path.join(staging, 'downloads'))
       for name in corpus_lib.SPLITS:
         expected = sum(len(lang.splits[name]) for lang in corpus.languages.values())
         written = builder.info.splits[name].num_examples if name in builder.info.splits else 0

@@ -14,10 +14,13 @@ the hash of the English side. A language is therefore a contiguous slice of each
 manifest records, so one language's data reads as `split='train[a:b]'` without scanning the rest
 (`reader.LoadSplit`). Shuffle in the input pipeline.
 """
+import contextlib
 import os
+from typing import Optional
 
 from etils import epath
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core import shuffle as tfds_shuffle
 
 from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import report as report_lib
@@ -76,12 +79,39 @@ class GettextM4(tfds.core.GeneratorBasedBuilder):
             if any(lang.splits[name] for lang in self._corpus.languages.values())}
 
   def _generate_examples(self, split):
-    # Integer keys in writing order: with shuffling disabled TFDS stores examples sorted by key.
+    # Integer keys in writing order: with shuffling disabled TFDS stores examples sorted by key. They are
+    # spread over TFDS's 128-bit key space because its writer sorts each of its 1,000 on-disk buckets in
+    # memory, a bucket being a 1/1000 range of that space: keys 0, 1, 2, ... would all fall in bucket 0.
+    total = sum(len(language.splits[split]) for language in self._corpus.languages.values())
+    stride = _KEY_SPACE // max(total, 1)
     index = 0
     for tag, language in self._corpus.languages.items():
       for source, target in language.splits[split]:
-        yield index, {'lang': tag, 'source': source, 'target': target}
+        yield index * stride, {'lang': tag, 'source': source, 'target': target}
         index += 1
+
+
+_KEY_SPACE = 2 ** 128  # TFDS's shuffle.HKEY_SIZE bits
+# TFDS's writer keeps a split's serialized examples in memory up to 1 GB before it moves them to its on-disk
+# buckets; a build that must not grow with the dataset moves them at this size instead.
+WRITER_MEMORY_BYTES = 64 << 20
+
+
+@contextlib.contextmanager
+def BoundedWriterMemory(limit: Optional[int] = None):
+  """While in the block, TFDS's writer holds at most `limit` bytes (default WRITER_MEMORY_BYTES) of examples
+  in memory; with the keys above a split's writing then takes about that plus 1/1000 of the split at once.
+  TFDS has no option for this, only the module constant `shuffle.MAX_MEM_BUFFER_SIZE`; with a TFDS version
+  that lacks it, the block runs with TFDS's own limit."""
+  if not hasattr(tfds_shuffle, 'MAX_MEM_BUFFER_SIZE'):
+    yield
+    return
+  before = tfds_shuffle.MAX_MEM_BUFFER_SIZE
+  tfds_shuffle.MAX_MEM_BUFFER_SIZE = min(before, WRITER_MEMORY_BYTES if limit is None else limit)
+  try:
+    yield
+  finally:
+    tfds_shuffle.MAX_MEM_BUFFER_SIZE = before
 
 
 def Register():

@@ -74,6 +74,31 @@ def test_round_trip_through_tfds_load(tmp_path):
   assert (src.decode(), tgt.decode()) == expected.languages['de'].splits['train'][0]
 
 
+def test_a_writer_that_spills_to_disk_keeps_the_order(tmp_path, monkeypatch):
+  """With TFDS's writer held to 2 KB in memory, the examples go through its on-disk buckets, spread over
+  many of them by the keys, and come back in the order of the in-memory build."""
+  from tensorflow_datasets.core import shuffle  # pylint: disable=g-import-not-at-top
+  root = _Tree(str(tmp_path / 'locale'), {'de': 60, 'pt_BR': 45, 'ja': 50})
+  _Build(tmp_path / 'memory', root)
+  buckets = set()
+  add = shuffle.Shuffler._add_to_bucket
+
+  def Seen(self, hkey, data):
+    buckets.add(shuffle.get_bucket_number(hkey, shuffle.BUCKETS_NUMBER))
+    return add(self, hkey, data)
+
+  monkeypatch.setattr(shuffle.Shuffler, '_add_to_bucket', Seen)
+  monkeypatch.setattr(gettext_m4, 'WRITER_MEMORY_BYTES', 2048)
+  with gettext_m4.BoundedWriterMemory(2048):
+    assert shuffle.MAX_MEM_BUFFER_SIZE == 2048
+  assert shuffle.MAX_MEM_BUFFER_SIZE > 2048  # restored
+  build.Build(str(tmp_path / 'disk'), [sources.GettextSource([root])], _CONFIG, log=_Quiet)
+  assert len(buckets) > 50  # spilled, and spread (keys 0, 1, 2, ... would all be bucket 0)
+  for tag in ('de', 'pt-BR', 'ja'):
+    for split in corpus.SPLITS:
+      assert reader.Pairs(str(tmp_path / 'disk'), tag, split) == reader.Pairs(str(tmp_path / 'memory'), tag, split)
+
+
 def test_reader_reads_one_language_slice(tmp_path):
   root = _Tree(str(tmp_path / 'locale'), {'de': 50, 'fr': 40, 'ja': 30})
   _Build(tmp_path / 'data', root)
