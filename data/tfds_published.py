@@ -64,6 +64,12 @@ class PublishedTfds:
     self.version = ''
 
   def _Load(self, split: str):
+    """The examples of a corpus split's published split, as NumPy, streamed."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    return tfds.as_numpy(self.Dataset(split))
+
+  def Dataset(self, split: str):
+    """The tf.data pipeline that reads a corpus split's published split."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     published = self.splits[split]
     try:
@@ -75,9 +81,11 @@ class PublishedTfds:
         raise report_lib.DataError(f'TFDS dataset {self.name}: no split {published!r} (--tfds_{split}_split); '
                                    f'it has {", ".join(sorted(available))}')
       self.version = str(builder.info.version)
-      # One file at a time, in order: every pass reads the pairs in the same (the dataset's) order.
-      return tfds.as_numpy(builder.as_dataset(split=published, shuffle_files=False,
-                                              read_config=tfds.ReadConfig(interleave_cycle_length=1)))
+      # One file at a time, in order: every pass reads the pairs in the same (the dataset's) order. No
+      # auto-cache: TFDS caches a split it finds small in memory on first read, which makes memory grow
+      # with the split's size while the passes stream it.
+      read_config = tfds.ReadConfig(interleave_cycle_length=1, try_autocache=False)
+      return builder.as_dataset(split=published, shuffle_files=False, read_config=read_config)
     except report_lib.DataError:
       raise
     except Exception as e:  # pylint: disable=broad-except  (TFDS raises many kinds for a missing dataset)

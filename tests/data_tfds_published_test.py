@@ -125,6 +125,28 @@ def test_the_pairs_stream_and_are_never_held_together(tfds_dir, monkeypatch):
   assert peak < small_peak + held / 4, (peak, small_peak, held)  # a list of the pairs would take at least `held`
 
 
+
+def _Stages(dataset):
+  """The class names of every stage of a tf.data pipeline, walking its inputs."""
+  names, todo = [], [dataset]
+  while todo:
+    ds = todo.pop()
+    names.append(type(ds).__name__)
+    todo.extend(ds._inputs())  # pylint: disable=protected-access
+  return names
+
+
+def test_no_stage_holds_a_split_in_memory(tfds_dir):
+  """TFDS caches a split it finds small in memory on its first read (`try_autocache`): native memory that
+  grows with the split while every pass streams it (tracemalloc does not see it). The source turns it off;
+  TFDS's default read of the same split does cache, so the check can tell."""
+  source = tfds_published.PublishedTfds('published_test_translation', _SPLITS, tfds_dir, download=False)
+  default = tfds.builder('published_test_translation', data_dir=tfds_dir).as_dataset(split='train',
+                                                                                      shuffle_files=False)
+  assert any('Cache' in name for name in _Stages(default))
+  for split in _SPLITS:
+    assert not any('Cache' in name for name in _Stages(source.Dataset(split))), split
+
 @pytest.mark.parametrize('args,message', [
     (['--tfds_dev_split=validation'], "--tfds_dev_split/--tfds_test_split name the dataset's own splits: give "
                                       '--tfds_train_split too'),
