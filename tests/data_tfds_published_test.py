@@ -125,7 +125,6 @@ def test_the_pairs_stream_and_are_never_held_together(tfds_dir, monkeypatch):
   assert peak < small_peak + held / 4, (peak, small_peak, held)  # a list of the pairs would take at least `held`
 
 
-
 def _Stages(dataset):
   """The class names of every stage of a tf.data pipeline, walking its inputs."""
   names, todo = [], [dataset]
@@ -146,6 +145,7 @@ def test_no_stage_holds_a_split_in_memory(tfds_dir):
   assert any('Cache' in name for name in _Stages(default))
   for split in _SPLITS:
     assert not any('Cache' in name for name in _Stages(source.Dataset(split))), split
+
 
 @pytest.mark.parametrize('args,message', [
     (['--tfds_dev_split=validation'], "--tfds_dev_split/--tfds_test_split name the dataset's own splits: give "
