@@ -62,6 +62,7 @@ setuptools.setup(
             'gshard_compare_runs = lingvo_gshard.tools.compare_runs:run',
             'gshard_translate = lingvo_gshard.tools.translate:run',
             'gshard_expert_map = lingvo_gshard.tools.expert_map:run',
+            'gshard_router_logits = lingvo_gshard.tools.router_logits:run',
             'gshard_export = lingvo_gshard.tools.export:run',
             'gshard_average_checkpoints = lingvo_gshard.tools.average_checkpoints:run',
         ],

@@ -25,11 +25,12 @@ def _Decodes(name, damage):
                               {k: v for k, v in _SETTINGS.items() if k in significance.DECODE_SETTINGS})
 
 
-def _Run(study, name, experts, xents, bleu):
+def _Run(study, name, experts, xents, bleu, extra_params=''):
   run = os.path.join(study, 'runs', name)
   os.makedirs(run)
   with open(os.path.join(run, 'params.txt'), 'w') as f:
-    f.write('task.model_dim : 128\n' + (f'task.encoder.moe_tpl.num_experts : {experts}\n' if experts > 1 else ''))
+    f.write('task.model_dim : 128\n' + (f'task.encoder.moe_tpl.num_experts : {experts}\n' if experts > 1 else '')
+            + extra_params)
   for step, xent in enumerate(xents, 1):
     dev_metrics.AppendDevLog(run, dev_metrics.DevRow(400 * step, {'loss': xent + 0.1, 'xent': xent}))
   with open(os.path.join(run, 'results.json'), 'w') as f:
@@ -53,12 +54,21 @@ def test_the_summary_is_what_the_committed_files_say(tmp_path):
   _Run(study, 'dense_b', 1, [2.8, 2.6], 22.0)
   _Run(study, 'moe_b', 16, [2.9, 2.7], 21.5)
   _Run(study, 'moe4_a', 4, [2.95, 2.45], 20.5)
+  _Run(study, 'moe_a_zloss', 16, [2.9, 2.41], 20.8, 'task.router_z_loss_weight : 0.001\n')
   gain = _Compare(study, 'a.json', 'dense_a', 'moe_a', 2, 0)  # the MoE hypotheses are the better ones
   _Compare(study, 'b.json', 'dense_b', 'moe_b', 0, 1)
+  zloss = _Compare(study, 'z.json', 'moe_a', 'moe_a_zloss', 0, 1)
+  growth = {'first': 3.0, 'last': 15.0, 'growth': 12.0, 'max': 17.0, 'steps': 800}
+  with open(os.path.join(study, 'router_logits.json'), 'w') as f:
+    json.dump({'summary': {
+        'moe_a': {'encoder/layers_1/router_logit_max': growth, 'encoder/layers_1/router_z_loss': growth},
+        'moe_a_zloss': {'encoder/layers_1/router_logit_max': dict(growth, last=4.0, growth=1.0)}}}, f)
   with open(os.path.join(study, 'study.json'), 'w') as f:
     json.dump({'regimes': [
         {'name': 'small', 'varied': {'model': 'M=128'}, 'dense': 'dense_a', 'moe': 'moe_a', 'comparison': 'a.json',
-         'experts_runs': ['moe_a', 'dense_a', 'moe4_a']},
+         'experts_runs': ['moe_a', 'dense_a', 'moe4_a'],
+         'router_z_loss': {'off': 'moe_a', 'on': 'moe_a_zloss', 'comparison': 'z.json',
+                           'router_logits': 'router_logits.json'}},
         {'name': 'large', 'varied': {'model': 'M=256'}, 'dense': 'dense_b', 'moe': 'moe_b', 'comparison': 'b.json'},
     ]}, f)
   summary = moe_study.Summary(study)
@@ -71,7 +81,14 @@ def test_the_summary_is_what_the_committed_files_say(tmp_path):
       {'experts': 1, 'dev_xent': 2.5, 'bleu': 20.0, 'chrf': 25.0, 'run': 'dense_a'},
       {'experts': 4, 'dev_xent': 2.45, 'bleu': 20.5, 'chrf': 25.5, 'run': 'moe4_a'},
       {'experts': 16, 'dev_xent': 2.4, 'bleu': 21.0, 'chrf': 26.0, 'run': 'moe_a'}]
+  z = summary['router_z_loss']
+  assert z['weight'] == 0.001 and (z['off'], z['on']) == ('moe_a', 'moe_a_zloss')
+  assert z['on_minus_off']['bleu'] == round(zloss['bleu']['buckets']['all']['delta'], 3) < 0
+  assert z['router_logit_max'] == {
+      'off': {'encoder/layers_1': {'first': 3.0, 'last': 15.0, 'growth': 12.0, 'max': 17.0}},
+      'on': {'encoder/layers_1': {'first': 3.0, 'last': 4.0, 'growth': 1.0, 'max': 17.0}}}
   large = summary['regimes'][1]
+  assert 'router_z_loss' not in large
   assert large['moe_minus_dense']['bleu'] < 0 and large['steps'] == {'dense': 800, 'moe': 800}
   # The tool writes it, and says what is wrong with a study in one line.
   out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.moe_study_report', f'--study_dir={study}'],

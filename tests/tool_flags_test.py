@@ -115,7 +115,8 @@ _REQUIRED = {'prepare_data': ['--data_dir={tmp}/data'], 'input_benchmark': ['--d
              'export': ['--model=M4TinyMoE', '--logdir={tmp}/logdir', '--export_dir={tmp}/export'],
              'serving_benchmark': ['--logdir={tmp}/logdir'],
              'expert_map': ['--model=M4TinyMoE', '--logdir={tmp}/logdir'],
-             'moe_study_report': ['--study_dir={tmp}/study'], 'tfds_memory_benchmark': ['--work_dir={tmp}/w']}
+             'moe_study_report': ['--study_dir={tmp}/study'], 'router_logits': ['--runs=a={tmp}/a'],
+             'tfds_memory_benchmark': ['--work_dir={tmp}/w']}
 
 
 @pytest.mark.parametrize('tool', _TOOLS)

@@ -36,6 +36,13 @@ def main(argv):
     print(f'{r["name"]:<24}{r["steps"]["dense"]!s:>12}{r["steps"]["moe"]!s:>10}{r["dev_xent"]["dense"]!s:>11}'
           f'{r["dev_xent"]["moe"]!s:>9}{d.get("bleu", float("nan")):>+12.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}] '
           f'({d["bucket"]})')
+    z = r.get('router_z_loss')
+    if z:
+      d = z['on_minus_off']
+      logits = ', '.join(f'{layer} {z["router_logit_max"][role][layer]["last"]:.2f}'
+                         for role in ('off', 'on') for layer in z['router_logit_max'][role])
+      print(f'{"":<24}z-loss {z["weight"]:g} on - off: {d.get("bleu", float("nan")):+.2f} BLEU '
+            f'[{d["ci95"][0]:+.2f}, {d["ci95"][1]:+.2f}] (all); router logit max at the end, off then on: {logits}')
   path = os.path.join(_STUDY_DIR.value, 'summary.json')
   files.WriteJson(path, summary, sort_keys=False)
   print(f'wrote {path}')

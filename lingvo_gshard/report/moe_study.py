@@ -8,7 +8,12 @@ of two runs: the paired bootstrap). `Summary` reads them and returns summary.jso
                 "moe_minus_dense": {"bucket", "bleu", "ci95", "chrf", "chrf_ci95", "b_better"}}, ...],
    "regime": the regime with the largest MoE - dense BLEU, "moe_minus_dense": its figure with "runs",
    "experts_curve": [{"experts", "dev_xent", "bleu", "chrf", "run"}, ...] of the regime's E sweep (dense as
-   E = 1), sorted by E}
+   E = 1), sorted by E,
+   "router_z_loss": the regime's z-loss pair, if it has one: {"weight", "off", "on", "on_minus_off": {"bucket",
+   "bleu", "ci95", ...}, "router_logit_max": {"off"|"on": {layer: {"first", "last", "growth", "max"}}}}}
+
+A regime's optional "router_z_loss": {"off": run, "on": run, "comparison": compare_runs --json of off (a)
+and on (b), "router_logits": tools/router_logits --json of both runs, named as the study names them}.
 
 so the headline can be checked by a program, and a figure that changes is rebuilt, not edited.
 """
@@ -63,6 +68,31 @@ def _Difference(comparison: Dict, bucket: str) -> Dict:
   return out
 
 
+def _Weight(run_dir: str) -> float:
+  for line in files.ReadText(os.path.join(run_dir, 'params.txt')).splitlines():
+    if line.startswith('task.router_z_loss_weight : '):
+      return float(line.split(' : ')[1])
+  return 0.0
+
+
+def _ZLoss(study_dir: str, pair: Dict) -> Dict:
+  """The regime's z-loss off/on pair: the weight, on - off over all languages, each run's router logit growth."""
+  comparison = _Json(os.path.join(study_dir, 'comparisons', pair['comparison']))
+  names = (comparison['a']['name'], comparison['b']['name'])
+  if names != (pair['off'], pair['on']):
+    raise StudyError(f'comparisons/{pair["comparison"]} compares {names[1]} with {names[0]}, not '
+                     f'{pair["on"]} with {pair["off"]}')
+  logits = _Json(os.path.join(study_dir, pair['router_logits']))['summary']
+  growth = {}
+  for role in ('off', 'on'):
+    if pair[role] not in logits:
+      raise StudyError(f'{pair["router_logits"]} has no run named {pair[role]} (it has {", ".join(logits)})')
+    growth[role] = {key[:-len('/router_logit_max')]: {k: v[k] for k in ('first', 'last', 'growth', 'max')}
+                    for key, v in logits[pair[role]].items() if key.endswith('/router_logit_max')}
+  return {'weight': _Weight(os.path.join(study_dir, 'runs', pair['on'])), 'off': pair['off'], 'on': pair['on'],
+          'on_minus_off': _Difference(comparison, 'all'), 'router_logit_max': growth}
+
+
 def Summary(study_dir: str) -> Dict:
   study = _Json(os.path.join(study_dir, STUDY))
   regimes: List[Dict] = []
@@ -81,6 +111,8 @@ def Summary(study_dir: str) -> Dict:
              for run in regime.get('experts_runs', [regime['dense'], regime['moe']])]
     row['experts_curve'] = sorted(({k: c[k] for k in ('experts', 'dev_xent', 'bleu', 'chrf', 'run')}
                                    for c in curve), key=lambda c: c['experts'])
+    if 'router_z_loss' in regime:
+      row['router_z_loss'] = _ZLoss(study_dir, regime['router_z_loss'])
     regimes.append(row)
   best: Optional[Dict] = max(regimes, key=lambda r: r['moe_minus_dense'].get('bleu', float('-inf')),
                              default=None)
@@ -89,4 +121,5 @@ def Summary(study_dir: str) -> Dict:
       'regime': {'name': best['name'], **best['varied']} if best else {},
       'moe_minus_dense': dict(best['moe_minus_dense'], runs=[best['dense'], best['moe']]) if best else {},
       'experts_curve': best['experts_curve'] if best else [],
+      **({'router_z_loss': best['router_z_loss']} if best and 'router_z_loss' in best else {}),
   }
