@@ -111,3 +111,21 @@ def test_a_comparison_of_other_runs_is_refused(tmp_path):
     json.dump({'regimes': [{'name': 'r', 'dense': 'dense_a', 'moe': 'moe_a', 'comparison': 'a.json'}]}, f)
   with pytest.raises(moe_study.StudyError, match='compares dense_a with moe_a, not moe_a with dense_a'):
     moe_study.Summary(study)
+
+
+def test_a_z_loss_pair_must_name_runs_the_router_logits_file_holds(tmp_path):
+  study = str(tmp_path)
+  _Run(study, 'dense_a', 1, [3.0], 20.0)
+  _Run(study, 'moe_a', 16, [2.9], 21.0)
+  _Run(study, 'moe_z', 16, [2.9], 21.0, 'task.router_z_loss_weight : 0.001\n')
+  _Compare(study, 'a.json', 'dense_a', 'moe_a', 0, 0)
+  _Compare(study, 'z.json', 'moe_a', 'moe_z', 0, 0)
+  with open(os.path.join(study, 'router_logits.json'), 'w') as f:
+    json.dump({'summary': {'off': {}, 'on': {}}}, f)  # the tool's own run names, not the study's
+  with open(os.path.join(study, 'study.json'), 'w') as f:
+    json.dump({'regimes': [{'name': 'r', 'dense': 'dense_a', 'moe': 'moe_a', 'comparison': 'a.json',
+                            'router_z_loss': {'off': 'moe_a', 'on': 'moe_z', 'comparison': 'z.json',
+                                              'router_logits': 'router_logits.json'}}]}, f)
+  with pytest.raises(moe_study.StudyError, match='router_logits.json has no run named moe_a'):
+    moe_study.Summary(study)
+

@@ -1,11 +1,9 @@
 r"""How large the router logits of MoE runs grow over training, from their TensorBoard training summaries.
 
-  python -m lingvo_gshard.tools.router_logits \
-      --runs=zloss_off=/tmp/moe_study/c_moe16_debian_6447,zloss_on=/tmp/moe_study/c_moe16_zloss_debian_6447 \
-      --json=docs/experiments/moe_vs_dense/router_logits_zloss.json \
-      --plot=docs/experiments/moe_vs_dense/router_logits_zloss.png
+  python -m lingvo_gshard.tools.router_logits --runs=off=/tmp/runs/moe,on=/tmp/runs/moe_zloss \
+      --json=/tmp/router_logits.json --plot=/tmp/router_logits.png
 
-For every MoE layer of every run: the largest router logit of a step's batch (`router_logit_max`) and the
+For every MoE layer of every run: the largest |router logit| of a step's batch (`router_logit_max`) and the
 router z-loss, averaged over the first and the last --window of the run's steps, their difference (the
 growth) and the largest value seen. The z-loss (`task.router_z_loss_weight`) is meant to keep them small.
 """
@@ -32,6 +30,8 @@ def main(argv):
     name, sep, logdir = item.partition('=')
     if not sep or not name or not logdir:
       _common.Fail('router_logits', f'--runs item {item!r} is not NAME=LOGDIR')
+    if name in logdirs:
+      _common.Fail('router_logits', f'--runs names {name} twice')
     if not files.IsDir(logdir):
       _common.Fail('router_logits', f'--runs {name}={logdir}: no such log directory')
     logdirs[name] = logdir
@@ -42,7 +42,7 @@ def main(argv):
       series[name] = router_logits.ReadSeries(logdir)
     except (router_logits.RouterLogitsError, OSError) as e:
       _common.Fail('router_logits', f'--runs {name}: {e}')
-    summaries[name] = {key: router_logits.Growth(points, _WINDOW.value) for key, points in series[name].items()}
+    summaries[name] = router_logits.Summary(series[name], _WINDOW.value)
   print(f'{"run":<16}{"layer / summary":<40}{"first":>9}{"last":>9}{"growth":>9}{"max":>9}{"steps":>7}')
   for name, summary in summaries.items():
     for key, g in summary.items():
@@ -50,7 +50,7 @@ def main(argv):
             f'{g["steps"]:>7}')
   if _JSON.value:
     files.WriteText(_JSON.value, json.dumps({'window': _WINDOW.value, 'runs': logdirs, 'summary': summaries,
-                                             'series': series}, indent=None, separators=(',', ':')) + '\n')
+                                             'series': series}, indent=1) + '\n')
     print(f'wrote {_JSON.value}')
   if _PLOT.value:
     router_logits.Plot(series, _PLOT.value)

@@ -69,10 +69,11 @@ def _Difference(comparison: Dict, bucket: str) -> Dict:
 
 
 def _Weight(run_dir: str) -> float:
-  for line in files.ReadText(os.path.join(run_dir, 'params.txt')).splitlines():
+  path = os.path.join(run_dir, 'params.txt')
+  for line in files.ReadText(path).splitlines():
     if line.startswith('task.router_z_loss_weight : '):
       return float(line.split(' : ')[1])
-  return 0.0
+  raise StudyError(f'{path}: no task.router_z_loss_weight (the z-loss run\'s params.txt has it)')
 
 
 def _ZLoss(study_dir: str, pair: Dict) -> Dict:
