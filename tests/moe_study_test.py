@@ -88,7 +88,7 @@ def test_the_summary_is_what_the_committed_files_say(tmp_path):
       'off': {'encoder/layers_1': {'first': 3.0, 'last': 15.0, 'growth': 12.0, 'max': 17.0}},
       'on': {'encoder/layers_1': {'first': 3.0, 'last': 4.0, 'growth': 1.0, 'max': 17.0}}}
   large = summary['regimes'][1]
-  assert 'router_z_loss' not in large
+  assert 'router_z_loss' not in large and 'dev_xent_by_bucket' not in large  # no per-language rows
   assert large['moe_minus_dense']['bleu'] < 0 and large['steps'] == {'dense': 800, 'moe': 800}
   # The tool writes it, and says what is wrong with a study in one line.
   out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.moe_study_report', f'--study_dir={study}'],
@@ -129,3 +129,25 @@ def test_a_z_loss_pair_must_name_runs_the_router_logits_file_holds(tmp_path):
   with pytest.raises(moe_study.StudyError, match='router_logits.json has no run named moe_a'):
     moe_study.Summary(study)
 
+
+
+def test_dev_xent_by_bucket_is_the_mean_over_the_buckets_languages(tmp_path):
+  study = str(tmp_path)
+  _Run(study, 'dense_a', 1, [3.0, 2.5], 20.0)
+  _Run(study, 'moe_a', 16, [2.9, 2.4], 21.0)
+  per_lang = {'dense_a': {'de': 2.0, 'uk': 3.0, 'fr': 2.5}, 'moe_a': {'de': 1.8, 'uk': 3.1, 'fr': 2.0}}
+  for run, xents in per_lang.items():  # the evaler's row at the last step, after an earlier one at step 400
+    d = os.path.join(study, 'runs', run)
+    dev_metrics.AppendDevLog(d, dev_metrics.DevRow(400, {'xent': 9.0, 'xent/de': 9.0, 'xent/uk': 9.0, 'xent/fr': 9.0}))
+    dev_metrics.AppendDevLog(d, dev_metrics.DevRow(800, dict({'xent': 2.5}, **{f'xent/{l}': v for l, v in xents.items()})))
+  with open(os.path.join(study, 'runs', 'dense_a', 'results.json'), 'w') as f:
+    json.dump({'set': 'test', 'averages': {'all': {'bleu': 20.0, 'chrf': 25.0}},
+               'languages': {'de': {'bucket': 'high'}, 'uk': {'bucket': 'high'}, 'fr': {'bucket': 'low'}}}, f)
+  _Compare(study, 'a.json', 'dense_a', 'moe_a', 1, 0)
+  with open(os.path.join(study, 'study.json'), 'w') as f:
+    json.dump({'regimes': [{'name': 'r', 'dense': 'dense_a', 'moe': 'moe_a', 'comparison': 'a.json'}]}, f)
+  got = moe_study.Summary(study)['regimes'][0]['dev_xent_by_bucket']
+  assert got == {
+      'high': {'dense': 2.5, 'moe': 2.45, 'moe_minus_dense': -0.05, 'moe_lower': 1, 'languages': 2},
+      'low': {'dense': 2.5, 'moe': 2.0, 'moe_minus_dense': -0.5, 'moe_lower': 1, 'languages': 1},
+      'all': {'dense': 2.5, 'moe': 2.3, 'moe_minus_dense': -0.2, 'moe_lower': 2, 'languages': 3}}

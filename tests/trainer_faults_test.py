@@ -18,6 +18,7 @@ import tensorflow as tf
 from lingvo_gshard.core import experiment
 from lingvo_gshard.core import sharding
 from lingvo_gshard.eval import dev_eval
+from lingvo_gshard.eval import evaluator
 from lingvo_gshard.runtime import hardware
 from lingvo_gshard.runtime import learner as learner_lib
 from lingvo_gshard.train import checkpoints
@@ -284,6 +285,11 @@ def test_the_evaler_scores_every_checkpoint_like_the_training_loop(data_dir, who
     assert {k for k in r if k.startswith('xent/')} == {f'xent/{lang}' for lang in evaler.languages}
     assert len(evaler.languages) >= 2 and all(np.isfinite(r[f'xent/{lang}']) for lang in evaler.languages)
   assert evaler.Watch(timeout=0) == 0  # nothing new
+  # --mode=eval --checkpoint=ckpt-3: that one checkpoint again, the same figures in a new row.
+  again = evaler.EvalCheckpoint(evaluator.CheckpointPath(str(logdir), 'ckpt-3'))
+  assert again == {k: pytest.approx(v, rel=1e-4, abs=1e-5) for k, v in rows[0].items() if k in again}
+  assert len(again) == len(rows[0]) - 3  # all but step, checkpoint and job
+  assert [json.loads(l)['step'] for l in open(logdir / dev_metrics.DEV_LOG)][-1] == 3
 
 
 def test_the_dev_batches_read_once_are_the_ones_every_evaluation_would_read(data_dir):
@@ -301,6 +307,7 @@ def test_the_dev_batches_read_once_are_the_ones_every_evaluation_would_read(data
 def test_trainer_modes_fail_in_one_line(tmp_path):
   for args, message in [(['--mode=decode'], 'no checkpoint'), (['--mode=eval'], 'no params.txt'),
                         (['--mode=eval', '--max_steps=5'], 'apply to training only'),
+                        (['--mode=eval', '--checkpoint=ckpt-9'], 'no such checkpoint'),
                         (['--mode=decode', '--max_sentences=-1'], 'flag --max_sentences=-1: -1 is not a non-negative integer')]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', '--model=M4TinyMoE',
                           f'--logdir={tmp_path}/none'] + args, capture_output=True, text=True, timeout=300)

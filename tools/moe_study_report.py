@@ -36,6 +36,10 @@ def main(argv):
     print(f'{r["name"]:<24}{r["steps"]["dense"]!s:>12}{r["steps"]["moe"]!s:>10}{r["dev_xent"]["dense"]!s:>11}'
           f'{r["dev_xent"]["moe"]!s:>9}{d.get("bleu", float("nan")):>+12.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}] '
           f'({d["bucket"]})')
+    if 'dev_xent_by_bucket' in r:
+      print(f'{"":<24}dev xent MoE - dense by bucket: ' + ', '.join(
+          f'{b} {v["moe_minus_dense"]:+.3f} (lower in {v["moe_lower"]}/{v["languages"]})'
+          for b, v in r['dev_xent_by_bucket'].items()))
     z = r.get('router_z_loss')
     if z:
       d = z['on_minus_off']

@@ -15,7 +15,7 @@ overrides, data or checkpoints exit 1 with one line.
 
 Modes: train (training only), train_and_eval (the default: dev loss every eval_interval steps in the same
 process), eval (watch --logdir and write the dev loss of each new checkpoint, overall and per language, until
-the final step's), decode (beam search over every language's test split for the latest or --checkpoint, BLEU
+the final step's; with --checkpoint, that checkpoint's only), decode (beam search over every language's test split for the latest or --checkpoint, BLEU
 and chrF into --logdir/decode_test/; the same code path as tools/evaluate.py).
 
 Several hosts (DTensor multi-client): every host runs the same command with --backend=dtensor and the global
@@ -35,7 +35,8 @@ _MODEL = flags.DEFINE_string('model', None, 'Experiment: a registered name (M4Ti
                              '(my_pkg.my_module.MyExperiment) or path/to/file.py:Name.')
 _MODE = flags.DEFINE_enum('mode', 'train_and_eval', ['train', 'train_and_eval', 'eval', 'decode'],
                           'What to run (see the module docstring).')
-_CHECKPOINT = flags.DEFINE_string('checkpoint', '', '--mode=decode: checkpoint to decode (default: latest).')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', '', '--mode=decode: checkpoint to decode (default: latest); '
+                                  '--mode=eval: evaluate this one checkpoint and stop (default: watch).')
 _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 0, '--mode=decode: first N test sentences per language '
                                       '(0 = all).', lower_bound=0)
 _EVAL_TIMEOUT = flags.DEFINE_float('eval_timeout', None, '--mode=eval: stop after this many seconds without a '
@@ -138,9 +139,15 @@ def _RunEvalOrDecode(exp, log):
                      '--model_params_override, --max_steps and --max_train_seconds apply to training only')
   if _MODE.value == 'eval':
     from lingvo_gshard.eval import dev_eval  # pylint: disable=g-import-not-at-top
+    from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
+    path = _CHECKPOINT.value and evaluator.CheckpointPath(_LOGDIR.value, _CHECKPOINT.value)
     runner = _Runner(exp)
     evaler = dev_eval.DevEvaler(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value, log=log, runner=runner)
-    n = evaler.Watch(timeout=_EVAL_TIMEOUT.value)
+    if path:
+      evaler.EvalCheckpoint(path)
+      n = 1
+    else:
+      n = evaler.Watch(timeout=_EVAL_TIMEOUT.value)
     log(f'evaluated {n} checkpoints; dev losses in {_LOGDIR.value}/{dev_metrics.DEV_LOG}')
     return
   from lingvo_gshard.eval import decode_job  # pylint: disable=g-import-not-at-top

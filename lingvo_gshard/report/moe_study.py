@@ -5,7 +5,10 @@ dev_eval.jsonl, and its results.json of the test split) and `comparisons/<name>.
 of two runs: the paired bootstrap). `Summary` reads them and returns summary.json's content:
 
   {"regimes": [{"name", "varied": {...}, "dense", "moe", "steps": {...}, "dev_xent": {...},
-                "moe_minus_dense": {"bucket", "bleu", "ci95", "chrf", "chrf_ci95", "b_better"}}, ...],
+                "moe_minus_dense": {"bucket", "bleu", "ci95", "chrf", "chrf_ci95", "b_better"},
+                "dev_xent_by_bucket": {bucket: {"dense", "moe", "moe_minus_dense", "moe_lower", "languages"}}
+                (when both runs' dev_eval.jsonl hold the evaler's per-language xent at their last step;
+                buckets as the test results name them)}, ...],
    "regime": the regime with the largest MoE - dense BLEU, "moe_minus_dense": its figure with "runs",
    "experts_curve": [{"experts", "dev_xent", "bleu", "chrf", "run"}, ...] of the regime's E sweep (dense as
    E = 1), sorted by E,
@@ -53,6 +56,29 @@ def RunFigures(run_dir: str) -> Dict:
   return {'experts': experts, 'steps': last.get('step'), 'dev_xent': last.get('xent'),
           'bleu': average.get('bleu'), 'chrf': average.get('chrf'), 'set': results.get('set'),
           'checkpoint': results.get('checkpoint')}
+
+
+def LanguageXent(run_dir: str) -> Dict[str, float]:
+  """{lang: dev xent} of the evaler's last row at the run's last step (trainer --mode=eval
+  --checkpoint=ckpt-N); {} if it has none."""
+  rows = dev_metrics.ReadDevLog(run_dir)
+  last = max((r['step'] for r in rows), default=None)
+  at_last = [r for r in rows if r['step'] == last and r.get('job') == 'evaler']
+  return {k[len('xent/'):]: v for k, v in at_last[-1].items() if k.startswith('xent/')} if at_last else {}
+
+
+def XentByBucket(dense: Dict[str, float], moe: Dict[str, float], buckets: Dict[str, str]) -> Dict:
+  """Mean per-language dev xent of each model over each bucket's languages (and 'all'), their difference
+  and in how many of the bucket's languages the MoE is lower."""
+  out = {}
+  for bucket in sorted(set(buckets.values())) + ['all']:
+    langs = [l for l, b in buckets.items() if bucket in (b, 'all') and l in dense and l in moe]
+    if not langs:
+      continue
+    d, m = (sum(x[l] for l in langs) / len(langs) for x in (dense, moe))
+    out[bucket] = {'dense': round(d, 4), 'moe': round(m, 4), 'moe_minus_dense': round(m - d, 4),
+                   'moe_lower': sum(moe[l] < dense[l] for l in langs), 'languages': len(langs)}
+  return out
 
 
 def _Difference(comparison: Dict, bucket: str) -> Dict:
@@ -108,6 +134,11 @@ def Summary(study_dir: str) -> Dict:
            'moe': regime['moe'], 'steps': {r: runs[r]['steps'] for r in runs},
            'dev_xent': {r: runs[r]['dev_xent'] for r in runs},
            'moe_minus_dense': _Difference(comparison, regime.get('bucket', 'all'))}
+    xent = {r: LanguageXent(os.path.join(study_dir, 'runs', regime[r])) for r in ('dense', 'moe')}
+    if xent['dense'] and xent['moe']:
+      results = _Json(os.path.join(study_dir, 'runs', regime['dense'], 'results.json'))
+      buckets = {l: v['bucket'] for l, v in results.get('languages', {}).items() if 'bucket' in v}
+      row['dev_xent_by_bucket'] = XentByBucket(xent['dense'], xent['moe'], buckets)
     curve = [dict(RunFigures(os.path.join(study_dir, 'runs', run)), run=run)
              for run in regime.get('experts_runs', [regime['dense'], regime['moe']])]
     row['experts_curve'] = sorted(({k: c[k] for k in ('experts', 'dev_xent', 'bleu', 'chrf', 'run')}
