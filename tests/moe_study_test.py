@@ -67,6 +67,7 @@ def test_the_summary_is_what_the_committed_files_say(tmp_path):
     json.dump({'regimes': [
         {'name': 'small', 'varied': {'model': 'M=128'}, 'dense': 'dense_a', 'moe': 'moe_a', 'comparison': 'a.json',
          'experts_runs': ['moe_a', 'dense_a', 'moe4_a'],
+         'variants': [{'name': 'z-loss', 'off': 'moe_a', 'on': 'moe_a_zloss', 'comparison': 'z.json'}],
          'router_z_loss': {'off': 'moe_a', 'on': 'moe_a_zloss', 'comparison': 'z.json',
                            'router_logits': 'router_logits.json'}},
         {'name': 'large', 'varied': {'model': 'M=256'}, 'dense': 'dense_b', 'moe': 'moe_b', 'comparison': 'b.json'},
@@ -87,8 +88,11 @@ def test_the_summary_is_what_the_committed_files_say(tmp_path):
   assert z['router_logit_max'] == {
       'off': {'encoder/layers_1': {'first': 3.0, 'last': 15.0, 'growth': 12.0, 'max': 17.0}},
       'on': {'encoder/layers_1': {'first': 3.0, 'last': 4.0, 'growth': 1.0, 'max': 17.0}}}
+  assert summary['regimes'][0]['variants'] == [
+      {'name': 'z-loss', 'off': 'moe_a', 'on': 'moe_a_zloss', 'dev_xent': {'off': 2.4, 'on': 2.41},
+       'on_minus_off': z['on_minus_off']}]
   large = summary['regimes'][1]
-  assert 'router_z_loss' not in large and 'dev_xent_by_bucket' not in large  # no per-language rows
+  assert 'router_z_loss' not in large and 'variants' not in large and 'dev_xent_by_bucket' not in large  # no per-language rows
   assert large['moe_minus_dense']['bleu'] < 0 and large['steps'] == {'dense': 800, 'moe': 800}
   # The tool writes it, and says what is wrong with a study in one line.
   out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.moe_study_report', f'--study_dir={study}'],

@@ -40,6 +40,11 @@ def main(argv):
       print(f'{"":<24}dev xent MoE - dense by bucket: ' + ', '.join(
           f'{b} {v["moe_minus_dense"]:+.3f} (lower in {v["moe_lower"]}/{v["languages"]})'
           for b, v in r['dev_xent_by_bucket'].items()))
+    for v in r.get('variants', []):
+      d = v['on_minus_off']
+      ci = d.get('ci95', [float('nan')] * 2)
+      print(f'{"":<24}{v["name"]} on - off: {d.get("bleu", float("nan")):+.2f} BLEU [{ci[0]:+.2f}, {ci[1]:+.2f}] '
+            f'(all); dev xent {v["dev_xent"]["off"]} -> {v["dev_xent"]["on"]}')
     z = r.get('router_z_loss')
     if z:
       d = z['on_minus_off']

@@ -15,6 +15,9 @@ of two runs: the paired bootstrap). `Summary` reads them and returns summary.jso
    "router_z_loss": the regime's z-loss pair, if it has one: {"weight", "off", "on", "on_minus_off": {"bucket",
    "bleu", "ci95", ...}, "router_logit_max": {"off"|"on": {layer: {"first", "last", "growth", "max"}}}}}
 
+A regime's optional "variants": [{"name", "off", "on", "comparison": compare_runs --json of off (a) and on
+(b)}] (a regulariser or router setting switched on in one MoE run, the rest equal) give the row's
+"variants": [{"name", "off", "on", "dev_xent": {"off", "on"}, "on_minus_off": {"bucket": "all", ...}}].
 A regime's optional "router_z_loss": {"off": run, "on": run, "comparison": compare_runs --json of off (a)
 and on (b), "router_logits": tools/router_logits --json of both runs, named as the study names them}.
 
@@ -102,13 +105,26 @@ def _Weight(run_dir: str) -> float:
   raise StudyError(f'{path}: no task.router_z_loss_weight (the z-loss run\'s params.txt has it)')
 
 
-def _ZLoss(study_dir: str, pair: Dict) -> Dict:
-  """The regime's z-loss off/on pair: the weight, on - off over all languages, each run's router logit growth."""
+def _Pair(study_dir: str, pair: Dict) -> Dict:
+  """compare_runs --json of pair's off (a) and on (b) run, checked to compare those two."""
   comparison = _Json(os.path.join(study_dir, 'comparisons', pair['comparison']))
   names = (comparison['a']['name'], comparison['b']['name'])
   if names != (pair['off'], pair['on']):
     raise StudyError(f'comparisons/{pair["comparison"]} compares {names[1]} with {names[0]}, not '
                      f'{pair["on"]} with {pair["off"]}')
+  return comparison
+
+
+def _Variant(study_dir: str, pair: Dict) -> Dict:
+  comparison = _Pair(study_dir, pair)
+  xent = {role: RunFigures(os.path.join(study_dir, 'runs', pair[role]))['dev_xent'] for role in ('off', 'on')}
+  return {'name': pair['name'], 'off': pair['off'], 'on': pair['on'], 'dev_xent': xent,
+          'on_minus_off': _Difference(comparison, 'all')}
+
+
+def _ZLoss(study_dir: str, pair: Dict) -> Dict:
+  """The regime's z-loss off/on pair: the weight, on - off over all languages, each run's router logit growth."""
+  comparison = _Pair(study_dir, pair)
   logits = _Json(os.path.join(study_dir, pair['router_logits']))['summary']
   growth = {}
   for role in ('off', 'on'):
@@ -143,6 +159,8 @@ def Summary(study_dir: str) -> Dict:
              for run in regime.get('experts_runs', [regime['dense'], regime['moe']])]
     row['experts_curve'] = sorted(({k: c[k] for k in ('experts', 'dev_xent', 'bleu', 'chrf', 'run')}
                                    for c in curve), key=lambda c: c['experts'])
+    if 'variants' in regime:
+      row['variants'] = [_Variant(study_dir, pair) for pair in regime['variants']]
     if 'router_z_loss' in regime:
       row['router_z_loss'] = _ZLoss(study_dir, regime['router_z_loss'])
     regimes.append(row)
