@@ -43,10 +43,11 @@ def main(argv):
     except (router_logits.RouterLogitsError, OSError) as e:
       _common.Fail('router_logits', f'--runs {name}: {e}')
     summaries[name] = router_logits.Summary(series[name], _WINDOW.value)
-  print(f'{"run":<16}{"layer / summary":<40}{"first":>9}{"last":>9}{"growth":>9}{"max":>9}{"steps":>7}')
+  w = max(len(n) for n in summaries) + 2  # run names as long as the user typed them
+  print(f'{"run":<{w}}{"layer / summary":<40}{"first":>9}{"last":>9}{"growth":>9}{"max":>9}{"steps":>7}')
   for name, summary in summaries.items():
     for key, g in summary.items():
-      print(f'{name:<16}{key:<40}{g["first"]:>9.3f}{g["last"]:>9.3f}{g["growth"]:>+9.3f}{g["max"]:>9.3f}'
+      print(f'{name:<{w}}{key:<40}{g["first"]:>9.3f}{g["last"]:>9.3f}{g["growth"]:>+9.3f}{g["max"]:>9.3f}'
             f'{g["steps"]:>7}')
   if _JSON.value:
     files.WriteText(_JSON.value, json.dumps({'window': _WINDOW.value, 'runs': logdirs, 'summary': summaries,
