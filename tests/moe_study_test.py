@@ -84,6 +84,7 @@ def test_the_summary_is_what_the_committed_files_say(tmp_path):
       {'experts': 16, 'dev_xent': 2.4, 'bleu': 21.0, 'chrf': 26.0, 'run': 'moe_a'}]
   z = summary['router_z_loss']
   assert z['weight'] == 0.001 and (z['off'], z['on']) == ('moe_a', 'moe_a_zloss')
+  assert z['dev_xent'] == {'off': 2.4, 'on': 2.41}
   assert z['on_minus_off']['bleu'] == round(zloss['bleu']['buckets']['all']['delta'], 3) < 0
   assert z['router_logit_max'] == {
       'off': {'encoder/layers_1': {'first': 3.0, 'last': 15.0, 'growth': 12.0, 'max': 17.0}},

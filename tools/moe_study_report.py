@@ -52,7 +52,8 @@ def main(argv):
       logits = ', '.join(f'{layer} {z["router_logit_max"][role][layer]["last"]:.2f}'
                          for role in ('off', 'on') for layer in z['router_logit_max'][role])
       print(f'{"":<24}z-loss {z["weight"]:g} on - off: {d.get("bleu", float("nan")):+.2f} BLEU '
-            f'[{ci[0]:+.2f}, {ci[1]:+.2f}] (all); router logit max at the end, off then on: {logits}')
+            f'[{ci[0]:+.2f}, {ci[1]:+.2f}] (all); dev xent {z["dev_xent"]["off"]} -> {z["dev_xent"]["on"]}; '
+            f'router logit max at the end, off then on: {logits}')
   path = os.path.join(_STUDY_DIR.value, 'summary.json')
   files.WriteJson(path, summary, sort_keys=False)
   print(f'wrote {path}')

@@ -12,16 +12,17 @@ of two runs: the paired bootstrap). `Summary` reads them and returns summary.jso
    "regime": the regime with the largest MoE - dense BLEU, "moe_minus_dense": its figure with "runs",
    "experts_curve": [{"experts", "dev_xent", "bleu", "chrf", "run"}, ...] of the regime's E sweep (dense as
    E = 1), sorted by E,
-   "router_z_loss": the regime's z-loss pair, if it has one: {"weight", "off", "on", "on_minus_off": {"bucket",
-   "bleu", "ci95", ...}, "router_logit_max": {"off"|"on": {layer: {"first", "last", "growth", "max"}}}}}
+   "router_z_loss": the regime's z-loss pair, if it has one: {"weight", "off", "on", "dev_xent": {"off", "on"},
+   "on_minus_off": {"bucket", "bleu", "ci95", ...},
+   "router_logit_max": {"off"|"on": {layer: {"first", "last", "growth", "max"}}}}}
+
+so the headline can be checked by a program, and a figure that changes is rebuilt, not edited.
 
 A regime's optional "variants": [{"name", "off", "on", "comparison": compare_runs --json of off (a) and on
 (b)}] (a regulariser or router setting switched on in one MoE run, the rest equal) give the row's
 "variants": [{"name", "off", "on", "dev_xent": {"off", "on"}, "on_minus_off": {"bucket": "all", ...}}].
 A regime's optional "router_z_loss": {"off": run, "on": run, "comparison": compare_runs --json of off (a)
 and on (b), "router_logits": tools/router_logits --json of both runs, named as the study names them}.
-
-so the headline can be checked by a program, and a figure that changes is rebuilt, not edited.
 """
 import json
 import os
@@ -123,8 +124,8 @@ def _Variant(study_dir: str, pair: Dict) -> Dict:
 
 
 def _ZLoss(study_dir: str, pair: Dict) -> Dict:
-  """The regime's z-loss off/on pair: the weight, on - off over all languages, each run's router logit growth."""
-  comparison = _Pair(study_dir, pair)
+  """The regime's z-loss off/on pair: the weight, dev xent, on - off over all languages, each run's router
+  logit growth."""
   logits = _Json(os.path.join(study_dir, pair['router_logits']))['summary']
   growth = {}
   for role in ('off', 'on'):
@@ -132,8 +133,9 @@ def _ZLoss(study_dir: str, pair: Dict) -> Dict:
       raise StudyError(f'{pair["router_logits"]} has no run named {pair[role]} (it has {", ".join(logits)})')
     growth[role] = {key[:-len('/router_logit_max')]: {k: v[k] for k in ('first', 'last', 'growth', 'max')}
                     for key, v in logits[pair[role]].items() if key.endswith('/router_logit_max')}
-  return {'weight': _Weight(os.path.join(study_dir, 'runs', pair['on'])), 'off': pair['off'], 'on': pair['on'],
-          'on_minus_off': _Difference(comparison, 'all'), 'router_logit_max': growth}
+  variant = _Variant(study_dir, dict(pair, name='router z-loss'))
+  return {'weight': _Weight(os.path.join(study_dir, 'runs', pair['on'])),
+          **{k: variant[k] for k in ('off', 'on', 'dev_xent', 'on_minus_off')}, 'router_logit_max': growth}
 
 
 def Summary(study_dir: str) -> Dict:
