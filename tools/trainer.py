@@ -148,7 +148,7 @@ def _RunEvalOrDecode(exp, log):
       n = 1
     else:
       n = evaler.Watch(timeout=_EVAL_TIMEOUT.value)
-    log(f'evaluated {n} checkpoints; dev losses in {_LOGDIR.value}/{dev_metrics.DEV_LOG}')
+    log(f'evaluated {n} checkpoint{"" if n == 1 else "s"}; dev losses in {_LOGDIR.value}/{dev_metrics.DEV_LOG}')
     return
   from lingvo_gshard.eval import decode_job  # pylint: disable=g-import-not-at-top
   results, ev, ts, _ = decode_job.Decode(exp, _LOGDIR.value, _DATA_DIR.value, 'test',
