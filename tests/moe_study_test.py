@@ -145,6 +145,8 @@ def test_dev_xent_by_bucket_is_the_mean_over_the_buckets_languages(tmp_path):
     d = os.path.join(study, 'runs', run)
     dev_metrics.AppendDevLog(d, dev_metrics.DevRow(400, {'xent': 9.0, 'xent/de': 9.0, 'xent/uk': 9.0, 'xent/fr': 9.0}))
     dev_metrics.AppendDevLog(d, dev_metrics.DevRow(800, dict({'xent': 2.5}, **{f'xent/{l}': v for l, v in xents.items()})))
+  # The training loop's own evaluation of the last step, written after the evaler's, has no per-language rows.
+  dev_metrics.AppendDevLog(os.path.join(study, 'runs', 'moe_a'), dev_metrics.DevRow(800, {'xent': 2.4}, job='trainer'))
   with open(os.path.join(study, 'runs', 'dense_a', 'results.json'), 'w') as f:
     json.dump({'set': 'test', 'averages': {'all': {'bleu': 20.0, 'chrf': 25.0}},
                'languages': {'de': {'bucket': 'high'}, 'uk': {'bucket': 'high'}, 'fr': {'bucket': 'low'}}}, f)
@@ -156,3 +158,11 @@ def test_dev_xent_by_bucket_is_the_mean_over_the_buckets_languages(tmp_path):
       'high': {'dense': 2.5, 'moe': 2.45, 'moe_minus_dense': -0.05, 'moe_lower': 1, 'languages': 2},
       'low': {'dense': 2.5, 'moe': 2.0, 'moe_minus_dense': -0.5, 'moe_lower': 1, 'languages': 1},
       'all': {'dense': 2.5, 'moe': 2.3, 'moe_minus_dense': -0.2, 'moe_lower': 2, 'languages': 3}}
+  out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.moe_study_report', f'--study_dir={study}'],
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert ('dev xent MoE - dense by bucket: high -0.050 (lower in 1/2), low -0.500 (lower in 1/1), '
+          'all -0.200 (lower in 2/3)') in out.stdout
+  # A last step the evaler has not scored (its per-language row is of an earlier step): no figure.
+  dev_metrics.AppendDevLog(os.path.join(study, 'runs', 'moe_a'), dev_metrics.DevRow(1200, {'xent': 2.3}, job='trainer'))
+  assert 'dev_xent_by_bucket' not in moe_study.Summary(study)['regimes'][0]

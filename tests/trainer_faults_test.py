@@ -289,7 +289,8 @@ def test_the_evaler_scores_every_checkpoint_like_the_training_loop(data_dir, who
   again = evaler.EvalCheckpoint(evaluator.CheckpointPath(str(logdir), 'ckpt-3'))
   assert again == {k: pytest.approx(v, rel=1e-4, abs=1e-5) for k, v in rows[0].items() if k in again}
   assert len(again) == len(rows[0]) - 3  # all but step, checkpoint and job
-  assert [json.loads(l)['step'] for l in open(logdir / dev_metrics.DEV_LOG)][-1] == 3
+  with open(logdir / dev_metrics.DEV_LOG) as f:
+    assert [json.loads(l)['step'] for l in f][-1] == 3
 
 
 def test_the_dev_batches_read_once_are_the_ones_every_evaluation_would_read(data_dir):
@@ -307,7 +308,10 @@ def test_the_dev_batches_read_once_are_the_ones_every_evaluation_would_read(data
 def test_trainer_modes_fail_in_one_line(tmp_path):
   for args, message in [(['--mode=decode'], 'no checkpoint'), (['--mode=eval'], 'no params.txt'),
                         (['--mode=eval', '--max_steps=5'], 'apply to training only'),
-                        (['--mode=eval', '--checkpoint=ckpt-9'], 'no such checkpoint'),
+                        (['--mode=eval', '--checkpoint=ckpt-9'], f'--checkpoint=ckpt-9: no such checkpoint in {tmp_path}/none'),
+                        (['--mode=eval', '--checkpoint=ckpt-9', '--eval_timeout=5'], '--eval_timeout applies to watching'),
+                        (['--mode=eval', '--max_sentences=5'], '--max_sentences applies to --mode=decode'),
+                        (['--checkpoint=ckpt-9'], 'apply to --mode=eval or decode, not --mode=train_and_eval'),
                         (['--mode=decode', '--max_sentences=-1'], 'flag --max_sentences=-1: -1 is not a non-negative integer')]:
     out = subprocess.run([sys.executable, '-m', 'lingvo_gshard.tools.trainer', '--model=M4TinyMoE',
                           f'--logdir={tmp_path}/none'] + args, capture_output=True, text=True, timeout=300)

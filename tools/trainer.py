@@ -15,8 +15,9 @@ overrides, data or checkpoints exit 1 with one line.
 
 Modes: train (training only), train_and_eval (the default: dev loss every eval_interval steps in the same
 process), eval (watch --logdir and write the dev loss of each new checkpoint, overall and per language, until
-the final step's; with --checkpoint, that checkpoint's only), decode (beam search over every language's test split for the latest or --checkpoint, BLEU
-and chrF into --logdir/decode_test/; the same code path as tools/evaluate.py).
+the final step's; with --checkpoint, that checkpoint's only), decode (beam search over every language's test
+split for the latest or --checkpoint, BLEU and chrF into --logdir/decode_test/; the same code path as
+tools/evaluate.py). A flag the mode does not use fails in one line rather than being ignored.
 
 Several hosts (DTensor multi-client): every host runs the same command with --backend=dtensor and the global
 --mesh, and DTENSOR_JOBS (host:port of every client), DTENSOR_CLIENT_ID, DTENSOR_NUM_CLIENTS and
@@ -90,9 +91,27 @@ def _CheckDevices():
     _Fail(f'--mesh={_MESH.value} needs {size} devices; --virtual_devices={_VIRTUAL.value} makes {_VIRTUAL.value}')
 
 
+def _CheckModeFlags():
+  """Flags that only another mode uses fail in one line (before anything is read): ignoring them would run
+  something other than what the user typed."""
+  mode, training = _MODE.value, _MODE.value in ('train', 'train_and_eval')
+  if not training and (_OVERRIDES.value or _MAX_STEPS.value is not None or _MAX_TRAIN_SECONDS.value is not None):
+    _Fail(f'--mode={mode} restores the run as it was trained (its params.txt); '
+          '--model_params_override, --max_steps and --max_train_seconds apply to training only')
+  if training and (_CHECKPOINT.value or _MAX_SENTENCES.value or _EVAL_TIMEOUT.value is not None):
+    _Fail(f'--checkpoint, --max_sentences and --eval_timeout apply to --mode=eval or decode, not --mode={mode}')
+  if mode == 'eval' and _MAX_SENTENCES.value:
+    _Fail('--max_sentences applies to --mode=decode; --mode=eval scores the dev set')
+  if mode == 'decode' and _EVAL_TIMEOUT.value is not None:
+    _Fail('--eval_timeout applies to --mode=eval (watching --logdir)')
+  if mode == 'eval' and _CHECKPOINT.value and _EVAL_TIMEOUT.value is not None:
+    _Fail(f'--eval_timeout applies to watching --logdir; --checkpoint={_CHECKPOINT.value} evaluates that one')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  _CheckModeFlags()
   _CheckDevices()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   _common.QuietLogs()
@@ -133,14 +152,26 @@ def main(argv):
     _Fail(str(e))
 
 
+def _CheckpointToEvaluate() -> str:
+  """--checkpoint's path for --mode=eval ('' without it: watch --logdir). It must be one of --logdir's: the
+  evaler writes its dev loss into that run's history."""
+  from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
+  if not _CHECKPOINT.value:
+    return ''
+  flag = f'--checkpoint={_CHECKPOINT.value}'
+  try:
+    path = evaluator.CheckpointPath(_LOGDIR.value, _CHECKPOINT.value)
+  except FileNotFoundError:
+    raise FileNotFoundError(f'{flag}: no such checkpoint in {_LOGDIR.value}') from None
+  if os.path.dirname(os.path.abspath(path)) != os.path.abspath(_LOGDIR.value):
+    raise ValueError(f'{flag} is not in --logdir={_LOGDIR.value} (the evaler writes to that run\'s history)')
+  return path
+
+
 def _RunEvalOrDecode(exp, log):
-  if _OVERRIDES.value or _MAX_STEPS.value is not None or _MAX_TRAIN_SECONDS.value is not None:
-    raise ValueError(f'--mode={_MODE.value} restores the run as it was trained (its params.txt); '
-                     '--model_params_override, --max_steps and --max_train_seconds apply to training only')
   if _MODE.value == 'eval':
     from lingvo_gshard.eval import dev_eval  # pylint: disable=g-import-not-at-top
-    from lingvo_gshard.eval import evaluator  # pylint: disable=g-import-not-at-top
-    path = _CHECKPOINT.value and evaluator.CheckpointPath(_LOGDIR.value, _CHECKPOINT.value)
+    path = _CheckpointToEvaluate()
     runner = _Runner(exp)
     evaler = dev_eval.DevEvaler(exp, runner.partitioner, _LOGDIR.value, _DATA_DIR.value, log=log, runner=runner)
     if path:

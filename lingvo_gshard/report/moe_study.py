@@ -7,8 +7,9 @@ of two runs: the paired bootstrap). `Summary` reads them and returns summary.jso
   {"regimes": [{"name", "varied": {...}, "dense", "moe", "steps": {...}, "dev_xent": {...},
                 "moe_minus_dense": {"bucket", "bleu", "ci95", "chrf", "chrf_ci95", "b_better"},
                 "dev_xent_by_bucket": {bucket: {"dense", "moe", "moe_minus_dense", "moe_lower", "languages"}}
-                (when both runs' dev_eval.jsonl hold the evaler's per-language xent at their last step;
-                buckets as the test results name them)}, ...],
+                (when both runs' dev_eval.jsonl hold the evaler's per-language xent at their last step:
+                one dev batch per language, so moe_lower counts are noisy; buckets as the dense run's test
+                results name them, "all" the unweighted mean over languages)}, ...],
    "regime": the regime with the largest MoE - dense BLEU, "moe_minus_dense": its figure with "runs",
    "experts_curve": [{"experts", "dev_xent", "bleu", "chrf", "run"}, ...] of the regime's E sweep (dense as
    E = 1), sorted by E,
@@ -63,19 +64,26 @@ def RunFigures(run_dir: str) -> Dict:
 
 
 def LanguageXent(run_dir: str) -> Dict[str, float]:
-  """{lang: dev xent} of the evaler's last row at the run's last step (trainer --mode=eval
-  --checkpoint=ckpt-N); {} if it has none."""
+  """{lang: dev xent} of the evaler's row at the run's last step (trainer --mode=eval --checkpoint=ckpt-N),
+  whichever job wrote that step last; {} if the evaler has no row there."""
   rows = dev_metrics.ReadDevLog(run_dir)
-  last = max((r['step'] for r in rows), default=None)
-  at_last = [r for r in rows if r['step'] == last and r.get('job') == 'evaler']
-  return {k[len('xent/'):]: v for k, v in at_last[-1].items() if k.startswith('xent/')} if at_last else {}
+  if not rows:
+    return {}
+  evaler = {r['step']: r for r in dev_metrics.ReadDevLog(run_dir, 'evaler')}
+  row = evaler.get(rows[-1]['step'], {})
+  return {k[len('xent/'):]: v for k, v in row.items() if k.startswith('xent/')}
+
+
+BUCKETS = ('high', 'medium', 'low')
 
 
 def XentByBucket(dense: Dict[str, float], moe: Dict[str, float], buckets: Dict[str, str]) -> Dict:
-  """Mean per-language dev xent of each model over each bucket's languages (and 'all'), their difference
-  and in how many of the bucket's languages the MoE is lower."""
+  """Mean per-language dev xent of each model over each bucket's languages (and 'all': the unweighted mean
+  over the languages of every bucket), their difference and in how many of the bucket's languages the MoE
+  is lower."""
   out = {}
-  for bucket in sorted(set(buckets.values())) + ['all']:
+  order = [b for b in BUCKETS if b in buckets.values()] + sorted(set(buckets.values()) - set(BUCKETS))
+  for bucket in order + ['all']:
     langs = [l for l, b in buckets.items() if bucket in (b, 'all') and l in dense and l in moe]
     if not langs:
       continue
@@ -143,11 +151,7 @@ def Summary(study_dir: str) -> Dict:
   regimes: List[Dict] = []
   for regime in study.get('regimes', []):
     runs = {role: RunFigures(os.path.join(study_dir, 'runs', regime[role])) for role in ('dense', 'moe')}
-    comparison = _Json(os.path.join(study_dir, 'comparisons', regime['comparison']))
-    names = (comparison['a']['name'], comparison['b']['name'])
-    if names != (regime['dense'], regime['moe']):
-      raise StudyError(f'comparisons/{regime["comparison"]} compares {names[1]} with {names[0]}, not '
-                       f'{regime["moe"]} with {regime["dense"]}')
+    comparison = _Pair(study_dir, {'off': regime['dense'], 'on': regime['moe'], 'comparison': regime['comparison']})
     row = {'name': regime['name'], 'varied': regime.get('varied', {}), 'dense': regime['dense'],
            'moe': regime['moe'], 'steps': {r: runs[r]['steps'] for r in runs},
            'dev_xent': {r: runs[r]['dev_xent'] for r in runs},
@@ -156,7 +160,9 @@ def Summary(study_dir: str) -> Dict:
     if xent['dense'] and xent['moe']:
       results = _Json(os.path.join(study_dir, 'runs', regime['dense'], 'results.json'))
       buckets = {l: v['bucket'] for l, v in results.get('languages', {}).items() if 'bucket' in v}
-      row['dev_xent_by_bucket'] = XentByBucket(xent['dense'], xent['moe'], buckets)
+      by_bucket = XentByBucket(xent['dense'], xent['moe'], buckets)
+      if by_bucket:
+        row['dev_xent_by_bucket'] = by_bucket
     curve = [dict(RunFigures(os.path.join(study_dir, 'runs', run)), run=run)
              for run in regime.get('experts_runs', [regime['dense'], regime['moe']])]
     row['experts_curve'] = sorted(({k: c[k] for k in ('experts', 'dev_xent', 'bleu', 'chrf', 'run')}
