@@ -17,6 +17,7 @@ from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import languages
 from lingvo_gshard.data import mo_reader
 from lingvo_gshard.data import report as report_lib
+from lingvo_gshard.data import tfds_scratch
 
 DEFAULT_LOCALE_ROOTS = ('/usr/share/locale',)
 
@@ -261,7 +262,8 @@ class TfdsSource:
   def Units(self, report):
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     try:
-      dataset = tfds.load(self.name, split=self.split, data_dir=self.data_dir, download=self.download)
+      with tfds_scratch.Scratch():
+        dataset = tfds.load(self.name, split=self.split, data_dir=self.data_dir, download=self.download)
     except Exception as e:  # pylint: disable=broad-except
       first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise report_lib.DataError(

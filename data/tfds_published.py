@@ -21,6 +21,7 @@ from lingvo_gshard.data import language_codes
 from lingvo_gshard.data import languages
 from lingvo_gshard.data import report as report_lib
 from lingvo_gshard.data import sources
+from lingvo_gshard.data import tfds_scratch
 
 
 class _Stream:
@@ -73,9 +74,10 @@ class PublishedTfds:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     published = self.splits[split]
     try:
-      builder = tfds.builder(self.name, data_dir=self.data_dir)
-      if self.download:
-        builder.download_and_prepare()
+      with tfds_scratch.Scratch():
+        builder = tfds.builder(self.name, data_dir=self.data_dir)
+        if self.download:
+          builder.download_and_prepare()
       available = list(builder.info.splits)
       if published not in available:
         raise report_lib.DataError(f'TFDS dataset {self.name}: no split {published!r} (--tfds_{split}_split); '

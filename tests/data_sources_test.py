@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 from lingvo_gshard.data import debian
 from lingvo_gshard.data import report
 from lingvo_gshard.data import sources
+from lingvo_gshard.data import tfds_scratch
 import data_helpers
 
 
@@ -157,7 +158,8 @@ class DataSourcesTestTranslation(tfds.core.GeneratorBasedBuilder):
 
 
 def test_tfds_source_reads_a_prepared_dataset_through_tfds_load(tmp_path):
-  DataSourcesTestTranslation(data_dir=str(tmp_path)).download_and_prepare()
+  with tfds_scratch.Scratch():  # TFDS leaves a temp dir when making a builder of an unprepared dataset
+    DataSourcesTestTranslation(data_dir=str(tmp_path)).download_and_prepare()
   source = sources.TfdsSource('data_sources_test_translation', data_dir=str(tmp_path), download=False)
   units, rep = _Read(source)
   assert {k: sorted(v) for k, v in units.items()} == {

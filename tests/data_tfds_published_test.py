@@ -14,6 +14,7 @@ from lingvo_gshard.data import corpus
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report
 from lingvo_gshard.data import tfds_published
+from lingvo_gshard.data import tfds_scratch
 
 _SIZES = {'train': 3000, 'validation': 40, 'test': 60}
 
@@ -44,7 +45,8 @@ class PublishedTestTranslation(tfds.core.GeneratorBasedBuilder):
 @pytest.fixture(scope='module')
 def tfds_dir(tmp_path_factory):
   root = str(tmp_path_factory.mktemp('tfds'))
-  PublishedTestTranslation(data_dir=root).download_and_prepare()
+  with tfds_scratch.Scratch():  # TFDS leaves a temp dir when making a builder of an unprepared dataset
+    PublishedTestTranslation(data_dir=root).download_and_prepare()
   return root
 
 

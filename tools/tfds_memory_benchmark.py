@@ -62,7 +62,9 @@ class SyntheticTranslation(tfds.core.GeneratorBasedBuilder):
 
 start = time.time()
 if step == 'dataset':
-  SyntheticTranslation(data_dir=root + '/tfds').download_and_prepare()
+  from lingvo_gshard.data import tfds_scratch
+  with tfds_scratch.Scratch():  # TFDS leaves a temp dir when making a builder of an unprepared dataset
+    SyntheticTranslation(data_dir=root + '/tfds').download_and_prepare()
 else:
   from lingvo_gshard.data import build, corpus, tfds_published
   source = tfds_published.PublishedTfds('synthetic_translation',
