@@ -30,7 +30,6 @@ import time
 from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import integrity
 from lingvo_gshard.data import report as report_lib
-from lingvo_gshard.data import tfds_scratch
 from lingvo_gshard.utils import files
 
 MANIFEST = 'manifest.json'
@@ -264,8 +263,7 @@ def Build(data_dir, sources, config=corpus_lib.CorpusConfig(), force=False, log=
     files.MakeDirs(staging)
     try:
       log(f'writing {len(corpus.languages)} languages into {staging}...')
-      with tfds_scratch.Scratch():
-        builder = gettext_m4.GettextM4(corpus=corpus, data_dir=staging)
+      builder = gettext_m4.GettextM4(corpus=corpus, data_dir=staging)
       with gettext_m4.BoundedWriterMemory():
         builder.download_and_prepare(download_dir=os.path.join(staging, 'downloads'))
       for name in corpus_lib.SPLITS:

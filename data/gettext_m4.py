@@ -24,6 +24,7 @@ from tensorflow_datasets.core import shuffle as tfds_shuffle
 
 from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import report as report_lib
+from lingvo_gshard.data import tfds_scratch
 
 NAME = 'gettext_m4'
 DATASET_VERSION = '1.1.0'
@@ -54,7 +55,10 @@ class GettextM4(tfds.core.GeneratorBasedBuilder):
       **kwargs: passed to tfds.core.GeneratorBasedBuilder (data_dir, ...).
     """
     self._corpus = corpus
-    super().__init__(**kwargs)
+    # Before its data dir is prepared, TFDS builds this builder's DatasetInfo in a temp dir it never
+    # removes; constructing inside a scratch temp dir covers tfds.builder and tfds.load callers too.
+    with tfds_scratch.Scratch():
+      super().__init__(**kwargs)
 
   def _info(self):
     text = tfds.features.Text()

@@ -15,7 +15,6 @@ from lingvo_gshard.data import corpus as corpus_lib
 from lingvo_gshard.data import gettext_m4
 from lingvo_gshard.data import integrity
 from lingvo_gshard.data import report as report_lib
-from lingvo_gshard.data import tfds_scratch
 from lingvo_gshard.utils import files
 
 
@@ -51,8 +50,7 @@ def _Builder(data_dir, manifest):
 def _NewBuilder(data_dir, manifest):
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   gettext_m4.Register()
-  with tfds_scratch.Scratch():  # an unprepared data_dir makes TFDS leave a temp dir
-    builder = tfds.builder(gettext_m4.NAME, data_dir=data_dir)
+  builder = tfds.builder(gettext_m4.NAME, data_dir=data_dir)
   if not builder.is_prepared():
     built = manifest.get('version')
     if built != gettext_m4.DATASET_VERSION:

@@ -3,7 +3,8 @@
 TFDS (4.9) builds a `DatasetInfo` for a dataset that is not prepared yet from the GCS metadata bucket, into
 `tempfile.mkdtemp('tfds')`, and never removes that directory (`DatasetInfo.initialize_from_bucket`). Every
 corpus build constructs such a builder, and so does `tfds.load` of a dataset to download, so each left an
-empty `/tmp/tmp*tfds` behind. Inside `Scratch()` Python's temp dir is a directory removed on exit.
+empty `/tmp/tmp*tfds` behind. Inside `Scratch()` Python's temp dir is a directory removed on exit;
+the `gettext_m4` builder constructs itself inside one, so `tfds.builder`/`tfds.load` of it need no wrap.
 """
 import contextlib
 import tempfile

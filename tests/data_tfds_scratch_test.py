@@ -8,6 +8,7 @@ import tensorflow_datasets as tfds
 
 from lingvo_gshard.data import build
 from lingvo_gshard.data import corpus
+from lingvo_gshard.data import gettext_m4
 from lingvo_gshard.data import reader
 from lingvo_gshard.data import report
 from lingvo_gshard.data import sources
@@ -70,4 +71,11 @@ def test_tfds_datasets_prepared_on_read_leave_nothing_in_the_temp_dir(temp_dir, 
   published = tfds_published.PublishedTfds('tfds_scratch_test_translation', splits, str(tmp_path / 'b'),
                                            download=True)
   assert len(list(published.Pairs('test', report.BuildReport().skips))) == 30
+  assert os.listdir(temp_dir) == []
+
+
+def test_tfds_load_of_an_unbuilt_gettext_m4_dir_fails_and_leaves_nothing_in_the_temp_dir(temp_dir, tmp_path):
+  gettext_m4.Register()
+  with pytest.raises(report.DataError, match='gettext_m4: no prepared data'):
+    tfds.load(gettext_m4.NAME, split='train', data_dir=str(tmp_path / 'unbuilt'))
   assert os.listdir(temp_dir) == []
